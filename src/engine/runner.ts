@@ -1,0 +1,563 @@
+/**
+ * The VM side of executions: takes run requests, drives each on its own VM from a pool of post-prelude VMs, and
+ * reports calls, output and results as events. Worker threads, the inline launcher and child processes all run
+ * executions through this one class; only the transport around it differs.
+ */
+import { randomFillSync } from "node:crypto";
+import type { JSValueHandle } from "quickjs-wasi";
+import type { CodemodeError } from "../types.ts";
+import { JOBS_PER_INTERRUPT_CHECK, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
+import { Op, SCRIPT_FILENAME } from "./prelude.ts";
+import {
+  type CallOutcome,
+  DEADLINE_MESSAGE,
+  type During,
+  type HostCommand,
+  type RunRequest,
+  type RunResult,
+  StopCode,
+  type StopReason,
+  type VmEvent,
+} from "./protocol.ts";
+import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
+
+export interface RunnerOptions extends VmOptions {
+  /** Receives every event, synchronously; it must not call back into the runner before returning. */
+  emit(event: VmEvent): void;
+  /** Abort flags shared with the host, indexed by `RunRequest.slot` (see StopCode). */
+  stopFlags?: Int32Array;
+  /** VMs kept for concurrent executions; requests past it wait. */
+  maxVms: number;
+}
+
+interface ActiveRun {
+  request: RunRequest;
+  vm: GuestVm;
+  nextCallId: number;
+  pending: Set<number>;
+  outputChars: number;
+  outputItems: number;
+  /** A limit the script broke: the run fails with it even if the script caught the error. */
+  fatal: CodemodeError | undefined;
+  result: { ok: boolean; payload: string | undefined; writes: string | undefined } | undefined;
+  stopReason: StopReason | "cpu" | undefined;
+  cpuMs: number;
+  enteredAt: number;
+  startedPerf: number;
+  ended: boolean;
+  /** Deterministic runs: the VM clock, the next result number and results that arrived early. */
+  clockNow: number;
+  nextSeq: number;
+  early: Map<number, { id: number; outcome: CallOutcome; now: number }>;
+  during: During | null;
+}
+
+export class VmRunner {
+  private image!: VmImage;
+  private readonly idle: GuestVm[] = [];
+  /** VMs whose execution ended and whose reset is scheduled; taken (and reset at once) when no idle VM is left. */
+  private readonly recycling = new Set<GuestVm>();
+  private vmCount = 0;
+  private readonly runs = new Map<number, ActiveRun>();
+  private readonly waiting: RunRequest[] = [];
+  /** True while guest code runs on this thread; commands that arrive meanwhile wait in `deferred`. */
+  private busy = false;
+  private readonly deferred: HostCommand[] = [];
+  private closed = false;
+
+  constructor(private readonly options: RunnerOptions) {}
+
+  /** Boots the first VM and captures the image every later VM is made from. */
+  async init(): Promise<void> {
+    const { vm, image } = await GuestVm.boot(this.options);
+    this.image = image;
+    this.vmCount = 1;
+    if (!vm.reset(image)) throw new Error("a freshly booted VM could not be reset");
+    this.idle.push(vm);
+  }
+
+  get versions(): Record<string, string> {
+    return this.image.versions;
+  }
+
+  /** Executions that are running or waiting for a VM. */
+  get active(): number {
+    return this.runs.size + this.waiting.length;
+  }
+
+  handle(command: HostCommand): void {
+    if (this.busy) {
+      this.deferred.push(command);
+      return;
+    }
+    switch (command.type) {
+      case "run":
+        this.start(command.request);
+        break;
+      case "settle":
+        this.settle(command.exec, command.id, command.outcome, command.seq, command.now);
+        break;
+      case "stop":
+        this.stop(command.exec, command.reason);
+        break;
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const vm of [...this.idle, ...this.recycling]) vm.dispose();
+    this.idle.length = 0;
+    this.recycling.clear();
+  }
+
+  // ---- VM pool ----
+
+  private start(request: RunRequest): void {
+    const vm = this.takeIdle();
+    if (vm) {
+      this.begin(request, vm);
+      return;
+    }
+    this.waiting.push(request);
+    if (this.vmCount < this.options.maxVms) {
+      this.vmCount++;
+      void this.addVm();
+    }
+  }
+
+  private takeIdle(): GuestVm | undefined {
+    for (const vm of this.recycling) {
+      if (this.idle.length > 0) break;
+      this.recycling.delete(vm);
+      this.idle.push(vm);
+    }
+    while (this.idle.length > 0) {
+      const vm = this.idle.pop() as GuestVm;
+      if (vm.reset(this.image)) return vm;
+      // Its memory grew past the image: a new instance replaces it (the VM count stays the same).
+      vm.dispose();
+      void this.addVm();
+    }
+    return undefined;
+  }
+
+  private async addVm(): Promise<void> {
+    let vm: GuestVm;
+    try {
+      vm = await GuestVm.fromImage(this.options, this.image);
+    } catch (error) {
+      this.vmCount--;
+      const request = this.waiting.shift();
+      if (request) this.emitDone(request.exec, failure("sandbox", `could not create a VM: ${messageOf(error)}`));
+      return;
+    }
+    if (this.closed) {
+      vm.dispose();
+      return;
+    }
+    this.release(vm);
+  }
+
+  private release(vm: GuestVm): void {
+    const request = this.waiting.shift();
+    if (request) {
+      if (!vm.reset(this.image)) {
+        vm.dispose();
+        this.waiting.unshift(request);
+        void this.addVm();
+        return;
+      }
+      this.begin(request, vm);
+      return;
+    }
+    this.idle.push(vm);
+  }
+
+  /** Returns a VM after its execution ended; the reset runs after the result went out, off the latency path. */
+  private recycle(vm: GuestVm): void {
+    this.recycling.add(vm);
+    setImmediate(() => {
+      if (!this.recycling.delete(vm)) return;
+      if (this.closed) {
+        vm.dispose();
+        return;
+      }
+      if (vm.reset(this.image)) {
+        this.release(vm);
+        return;
+      }
+      vm.dispose();
+      void this.addVm();
+    });
+  }
+
+  // ---- one execution ----
+
+  private begin(request: RunRequest, vm: GuestVm): void {
+    const run: ActiveRun = {
+      request,
+      vm,
+      nextCallId: 0,
+      pending: new Set(),
+      outputChars: 0,
+      outputItems: 0,
+      fatal: undefined,
+      result: undefined,
+      stopReason: undefined,
+      cpuMs: 0,
+      enteredAt: 0,
+      startedPerf: performance.now(),
+      ended: false,
+      clockNow: request.deterministic?.startedAt ?? 0,
+      nextSeq: 1,
+      early: new Map(),
+      during: request.deterministic ? { seq: 0, issued: 0 } : null,
+    };
+    this.runs.set(request.exec, run);
+    vm.dirty = true;
+    vm.setMemoryLimit(request.memoryLimitBytes);
+    vm.interrupt = () => this.shouldInterrupt(run);
+    vm.hostCallback = (args) => this.onHostCall(run, args);
+    vm.clock = request.deterministic
+      ? { realtimeMs: () => run.clockNow, monotonicMs: () => run.clockNow - (request.deterministic?.startedAt ?? 0) }
+      : { realtimeMs: () => Date.now(), monotonicMs: () => performance.now() - run.startedPerf };
+    if (request.deterministic) {
+      this.options.emit({ type: "started", exec: request.exec, fingerprint: this.fingerprint(request) });
+    }
+    this.enter(run, () => {
+      const qjs = vm.qjs;
+      const entries = vm.entryPoints;
+      const config = JSON.stringify({
+        tools: request.tools,
+        globals: request.globals,
+        store: request.store,
+        seed: request.deterministic ? seedWords(request.deterministic.seed) : randomWords(),
+        deterministic: request.deterministic !== null,
+      });
+      const configHandle = qjs.newString(config);
+      qjs.callFunction(entries.configure, qjs.undefined, configHandle).dispose();
+      configHandle.dispose();
+      let fn: JSValueHandle;
+      try {
+        // The wrapper shares line 1 with the script, so line numbers in stacks are exact.
+        fn = qjs.evalCode(`(async function () {${request.code}\n})`, SCRIPT_FILENAME);
+      } catch (error) {
+        if (error instanceof JSException && !vm.isUncatchable(error)) {
+          run.result = { ok: false, payload: JSON.stringify(describeCompileError(error)), writes: undefined };
+          error.dispose();
+          return;
+        }
+        throw error;
+      }
+      qjs.callFunction(entries.start, qjs.undefined, fn).dispose();
+      fn.dispose();
+    });
+  }
+
+  private settle(exec: number, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
+    const run = this.runs.get(exec);
+    if (!run || run.ended) return;
+    if (run.request.deterministic) {
+      if (seq === null || now === null) return;
+      run.early.set(seq, { id, outcome, now });
+      let next = run.early.get(run.nextSeq);
+      while (next && !run.ended) {
+        const applying = run.nextSeq;
+        run.early.delete(applying);
+        run.nextSeq++;
+        run.clockNow = Math.max(run.clockNow, next.now);
+        const { id: callId, outcome: callOutcome } = next;
+        if (run.during) run.during = { seq: applying, issued: run.during.issued };
+        this.enter(run, () => this.applyOutcome(run, callId, callOutcome));
+        next = run.early.get(run.nextSeq);
+      }
+      return;
+    }
+    this.enter(run, () => this.applyOutcome(run, id, outcome));
+  }
+
+  private applyOutcome(run: ActiveRun, id: number, outcome: CallOutcome): void {
+    if (!run.pending.delete(id)) return;
+    const qjs = run.vm.qjs;
+    const settle = run.vm.entryPoints.settle;
+    const idHandle = qjs.newNumber(id);
+    const payload = outcome.ok
+      ? outcome.value === undefined
+        ? qjs.undefined
+        : qjs.newString(outcome.value)
+      : qjs.newString(outcome.message);
+    const properties =
+      !outcome.ok && outcome.properties !== undefined ? qjs.newString(outcome.properties) : qjs.undefined;
+    try {
+      qjs
+        .callFunction(settle, qjs.undefined, idHandle, outcome.ok ? qjs.true : qjs.false, payload, properties)
+        .dispose();
+    } finally {
+      idHandle.dispose();
+      payload.dispose();
+      properties.dispose();
+    }
+  }
+
+  private stop(exec: number, reason: StopReason): void {
+    const waitingIndex = this.waiting.findIndex((r) => r.exec === exec);
+    if (waitingIndex >= 0) {
+      this.waiting.splice(waitingIndex, 1);
+      this.emitDone(exec, failure(reason, stopMessage(reason)));
+      return;
+    }
+    const run = this.runs.get(exec);
+    if (!run || run.ended) return;
+    run.stopReason = reason;
+    this.end(run, this.stoppedResult(run));
+  }
+
+  /**
+   * Runs guest code (`body`), drains its promise jobs, and decides what the run does next: end with its result,
+   * end with the limit it broke, fail because it waits on nothing, or wait for call results.
+   */
+  private enter(run: ActiveRun, body: () => void): void {
+    const vm = run.vm;
+    this.busy = true;
+    run.enteredAt = performance.now();
+    let crash: RunResult | undefined;
+    try {
+      body();
+      vm.drain(JOBS_PER_INTERRUPT_CHECK);
+    } catch (error) {
+      crash = this.classify(run, error);
+    } finally {
+      run.cpuMs += performance.now() - run.enteredAt;
+      this.busy = false;
+    }
+    if (!run.ended) {
+      if (run.stopReason !== undefined && run.result === undefined) this.end(run, this.stoppedResult(run));
+      else if (run.fatal) this.end(run, { ok: false, error: run.fatal, cpuMs: run.cpuMs, during: run.during });
+      else if (run.result) this.end(run, this.finishedResult(run));
+      else if (crash) this.end(run, crash);
+      else if (run.pending.size === 0) {
+        this.end(
+          run,
+          failure(
+            "script",
+            "The script is waiting on a promise that can never settle: no tool call is pending, and timers do not exist here.",
+            "Error",
+            run,
+          ),
+        );
+      } else if (run.during) {
+        this.options.emit({ type: "idle", exec: run.request.exec, seq: run.during.seq, issued: run.during.issued });
+      }
+    }
+    this.flushDeferred();
+  }
+
+  private flushDeferred(): void {
+    while (!this.busy && this.deferred.length > 0) this.handle(this.deferred.shift() as HostCommand);
+  }
+
+  private classify(run: ActiveRun, error: unknown): RunResult | undefined {
+    if (run.stopReason !== undefined || error instanceof Interrupted) return undefined;
+    if (error instanceof JSException) {
+      const uncatchable = run.vm.isUncatchable(error);
+      const described: CodemodeError = {
+        kind: "script",
+        name: error.name,
+        message: error.message,
+        ...(error.stack ? { stack: cleanStack(`${error.name}: ${error.message}\n${error.stack}`) } : {}),
+      };
+      error.dispose();
+      if (uncatchable && run.result) return undefined;
+      return { ok: false, error: described, cpuMs: run.cpuMs, during: run.during };
+    }
+    // An error that is not a guest exception (the host's own stack overflowing through the wasm, a wasm trap) leaves
+    // the VM's stack pointer and heap in an unknown state: the VM is replaced.
+    run.vm.broken = true;
+    if (error instanceof RangeError && /call stack/i.test(error.message)) {
+      return failure("script", "Maximum call stack size exceeded", "RangeError", run);
+    }
+    return failure("sandbox", `the VM failed: ${messageOf(error)}`, undefined, run);
+  }
+
+  private shouldInterrupt(run: ActiveRun): boolean {
+    if (run.stopReason !== undefined || run.result !== undefined || run.fatal !== undefined) return true;
+    const flags = this.options.stopFlags;
+    if (flags) {
+      const code = Atomics.load(flags, run.request.slot);
+      if (code !== StopCode.none) {
+        run.stopReason = code === StopCode.timeout ? "timeout" : "aborted";
+        return true;
+      }
+    }
+    const deadline = run.request.deadline;
+    if (deadline !== null && Date.now() >= deadline) {
+      run.stopReason = "timeout";
+      return true;
+    }
+    const cpuLimit = run.request.cpuLimitMs;
+    if (cpuLimit !== null && run.cpuMs + (performance.now() - run.enteredAt) > cpuLimit) {
+      run.stopReason = "cpu";
+      return true;
+    }
+    return false;
+  }
+
+  private onHostCall(run: ActiveRun, args: JSValueHandle[]): JSValueHandle | undefined {
+    const qjs = run.vm.qjs;
+    const op = args[0]?.toNumber();
+    if (op === Op.call) {
+      const target = args[1]?.toNumber() === 1 ? "global" : "tool";
+      const name = args[2]?.toString() ?? "";
+      const json = args[3] === undefined || args[3].isUndefined ? undefined : args[3].toString();
+      if (json !== undefined && json.length > MAX_VALUE_CHARS) {
+        return qjs.newString(`the argument of ${name}() is more than ${MAX_VALUE_CHARS} characters of JSON`);
+      }
+      const id = ++run.nextCallId;
+      run.pending.add(id);
+      if (run.during) run.during = { seq: run.during.seq, issued: run.nextCallId };
+      this.options.emit({ type: "call", exec: run.request.exec, id, target, name, args: json });
+      return qjs.newNumber(id);
+    }
+    if (op === Op.output) {
+      const kind = args[1]?.toNumber();
+      const data = args[2]?.toString() ?? "";
+      run.outputChars += data.length;
+      run.outputItems += 1;
+      if (run.outputChars > MAX_OUTPUT_CHARS || run.outputItems > MAX_OUTPUT_ITEMS) {
+        const message =
+          run.outputItems > MAX_OUTPUT_ITEMS
+            ? `output exceeded ${MAX_OUTPUT_ITEMS} items`
+            : `output exceeded ${MAX_OUTPUT_CHARS} characters`;
+        run.fatal ??= { kind: "script", name: "RangeError", message, stack: `RangeError: ${message}` };
+        return qjs.newString(message);
+      }
+      const item =
+        kind === 2
+          ? { type: "image" as const, data, mimeType: args[3]?.toString() ?? "" }
+          : kind === 1
+            ? { type: "text" as const, text: data, console: true as const }
+            : { type: "text" as const, text: data };
+      this.options.emit({ type: "output", exec: run.request.exec, item });
+      return undefined;
+    }
+    if (op === Op.done) {
+      if (run.result) return undefined;
+      const ok = args[1]?.toBoolean() ?? false;
+      const payload = args[2] === undefined || args[2].isUndefined ? undefined : args[2].toString();
+      const writes = args[3] === undefined || args[3].isUndefined ? undefined : args[3].toString();
+      run.result = { ok, payload, writes };
+      return undefined;
+    }
+    return undefined;
+  }
+
+  private finishedResult(run: ActiveRun): RunResult {
+    const result = run.result as NonNullable<ActiveRun["result"]>;
+    if (result.ok) {
+      return { ok: true, value: result.payload, writes: result.writes, cpuMs: run.cpuMs, during: run.during };
+    }
+    let error: CodemodeError;
+    try {
+      const parsed = JSON.parse(result.payload ?? "{}") as { name?: unknown; message?: unknown; stack?: unknown };
+      error = { kind: "script", message: typeof parsed.message === "string" ? parsed.message : "" };
+      if (typeof parsed.name === "string") error.name = parsed.name;
+      if (typeof parsed.stack === "string") error.stack = parsed.stack;
+    } catch {
+      error = { kind: "sandbox", message: "the VM reported an unreadable error" };
+    }
+    return { ok: false, error, cpuMs: run.cpuMs, during: run.during };
+  }
+
+  private stoppedResult(run: ActiveRun): RunResult {
+    const reason = run.stopReason ?? "aborted";
+    if (reason === "cpu") {
+      return failure(
+        "timeout",
+        `The script computed for more than its CPU limit of ${run.request.cpuLimitMs} ms`,
+        undefined,
+        run,
+      );
+    }
+    return failure(reason, stopMessage(reason), undefined, run);
+  }
+
+  private end(run: ActiveRun, result: RunResult): void {
+    if (run.ended) return;
+    run.ended = true;
+    this.runs.delete(run.request.exec);
+    const vm = run.vm;
+    vm.interrupt = () => true;
+    vm.hostCallback = () => undefined;
+    this.emitDone(run.request.exec, result);
+    if (this.busy) {
+      // Still inside the VM (a stop arrived from an event handler): recycle once the stack has unwound.
+      queueMicrotask(() => this.recycle(vm));
+      return;
+    }
+    this.recycle(vm);
+  }
+
+  private emitDone(exec: number, result: RunResult): void {
+    this.options.emit({ type: "done", exec, result });
+  }
+
+  private fingerprint(request: RunRequest): string {
+    return JSON.stringify({
+      engine: `quickjs-wasi@${this.image.versions["quickjs-wasi"]}`,
+      quickjs: this.image.versions.quickjs,
+      prelude: this.image.preludeHash,
+      memoryLimitBytes: request.memoryLimitBytes,
+      maxStackSize: this.options.maxStackSize,
+    });
+  }
+}
+
+function failure(kind: CodemodeError["kind"], message: string, name?: string, run?: ActiveRun): RunResult {
+  const error: CodemodeError = { kind, message };
+  if (name) {
+    error.name = name;
+    error.stack = `${name}: ${message}`;
+  }
+  return { ok: false, error, cpuMs: run?.cpuMs ?? 0, during: run?.during ?? null };
+}
+
+function stopMessage(reason: StopReason): string {
+  return reason === "aborted" ? "The execution was aborted" : DEADLINE_MESSAGE;
+}
+
+function describeCompileError(error: JSException): { name: string; message: string; stack: string } {
+  return {
+    name: error.name,
+    message: error.message,
+    stack: cleanStack(`${error.name}: ${error.message}\n${error.stack ?? ""}`),
+  };
+}
+
+function cleanStack(stack: string): string {
+  return stack
+    .split("\n")
+    .filter((line, index) => line !== "" && (index === 0 || !line.includes("airlock:prelude")))
+    .join("\n");
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function randomWords(): number[] {
+  return Array.from(randomFillSync(new Uint32Array(4)));
+}
+
+/** Four PRNG state words from a 32-bit seed (splitmix32), so that nearby seeds give unrelated sequences. */
+function seedWords(seed: number): number[] {
+  let state = seed >>> 0;
+  const words: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    state = (state + 0x9e3779b9) >>> 0;
+    let z = state;
+    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
+    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
+    words.push((z ^ (z >>> 16)) >>> 0);
+  }
+  return words;
+}

@@ -1,0 +1,314 @@
+/**
+ * One QuickJS instance and its post-prelude memory image.
+ *
+ * A VM is booted once (create, prelude, capture the image) and then reused: after every execution its linear memory
+ * is copied back from the image, which puts it in exactly its post-prelude state in well under a millisecond. This
+ * reaches into quickjs-wasi internals (the instance's exports and the host-side wrapper), so the version is pinned and
+ * a soak test compares reset VMs against fresh ones. The reset is sound only if all of this is restored:
+ * 1. linear memory up to the image size;
+ * 2. the module's `__stack_pointer` global;
+ * 3. a VM whose memory grew past the image gets a new instance (zeroing the tail is not enough: the allocator would
+ *    keep growing);
+ * 4. a fresh host-side `QuickJS` wrapper per execution, so stale handles and late promise resolutions of the previous
+ *    execution reach a retired wrapper and do nothing;
+ * 5. host-side async work checks `generation` before touching the VM.
+ */
+import { createHash } from "node:crypto";
+import { Intrinsics, JSException, type JSValueHandle, QuickJS } from "quickjs-wasi";
+import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
+import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
+
+/** The exports of the quickjs-wasi module that the reset and the job loop use directly. */
+interface Exports {
+  memory: WebAssembly.Memory;
+  __stack_pointer: WebAssembly.Global;
+  _initialize(): void;
+  qjs_init2(intrinsics: number): number;
+  qjs_get_runtime_ptr(): number;
+  qjs_get_context_ptr(): number;
+  qjs_set_runtime_and_context(rt: number, ctx: number): void;
+  qjs_is_job_pending(): number;
+  qjs_execute_pending_job(): number;
+  qjs_set_memory_limit(limit: number): void;
+  qjs_is_uncatchable_error(ptr: number): number;
+  qjs_run_gc(): void;
+}
+
+/** quickjs-wasi's private members this module relies on (pinned version). */
+interface WrapperInternals {
+  exports: Exports;
+  setInstance(instance: WebAssembly.Instance): void;
+  throwPendingException(): never;
+}
+interface QuickJSStatics {
+  instantiate(
+    module: WebAssembly.Module,
+    vm: unknown,
+    wasi: (memory: WebAssembly.Memory) => Record<string, unknown>,
+  ): Promise<{ instance: WebAssembly.Instance }>;
+  applyLimits(vm: QuickJS, options: object): void;
+}
+const Statics = QuickJS as unknown as QuickJSStatics;
+const WrapperCtor = QuickJS as unknown as new (module: WebAssembly.Module) => QuickJS;
+
+/** Where the VM's clocks read from; the engine swaps it per execution (wall clock or a deterministic one). */
+export interface VmClock {
+  /** Milliseconds since the epoch, for `Date.now()`. */
+  realtimeMs(): number;
+  /** Milliseconds since the execution started, for `performance.now()`. */
+  monotonicMs(): number;
+}
+
+const frozenClock: VmClock = { realtimeMs: () => 0, monotonicMs: () => 0 };
+
+export interface VmImage {
+  memory: Uint8Array;
+  stackPointer: number;
+  runtimePtr: number;
+  contextPtr: number;
+  /** Tokens (quickjs-wasi exportHandle) of the prelude's entry points, valid in every VM made from this image. */
+  entries: { configure: number; start: number; settle: number };
+  /** SHA-256 of the prelude source, part of a deterministic run's fingerprint. */
+  preludeHash: string;
+  versions: Record<string, string>;
+}
+
+export type HostCallback = (args: JSValueHandle[]) => JSValueHandle | undefined;
+
+export interface VmOptions {
+  module: WebAssembly.Module;
+  /** QuickJS's stack guard in bytes; must be safe for the thread the VM runs on. */
+  maxStackSize: number;
+}
+
+/** Stack bytes below QuickJS's guard that native frames without a guard check may still use. */
+const STACK_COPY_MARGIN = 128 * 1024;
+
+/** Thrown when the VM could not be reset in place and needs a new instance. */
+class VmNeedsNewInstance extends Error {}
+
+export class GuestVm {
+  /** Bumped by every reset; async work captured under an older generation must not touch the VM. */
+  generation = 0;
+  clock: VmClock = frozenClock;
+  /** Polled by QuickJS while the guest runs, and between batches of promise jobs. */
+  interrupt: () => boolean = () => false;
+  /** The single host function the prelude calls. */
+  hostCallback: HostCallback = () => undefined;
+  /** Set when the VM's state can no longer be trusted (a host-side error thrown through the wasm). */
+  broken = false;
+
+  private wrapper!: QuickJS;
+  private exports!: Exports;
+  private entries?: { configure: JSValueHandle; start: JSValueHandle; settle: JSValueHandle };
+
+  private constructor(
+    private readonly options: VmOptions,
+    private instance: WebAssembly.Instance,
+  ) {
+    this.exports = instance.exports as unknown as Exports;
+  }
+
+  /** Creates a VM, runs the prelude and captures the post-prelude image. */
+  static async boot(options: VmOptions): Promise<{ vm: GuestVm; image: VmImage }> {
+    const vm = await GuestVm.instantiate(options);
+    const ex = vm.exports;
+    ex._initialize();
+    if (ex.qjs_init2(Intrinsics.ALL) !== 0) throw new Error("QuickJS failed to initialize its runtime");
+    vm.bindWrapper();
+    const w = vm.wrapper;
+    w.unregisterHostCallback(HOST_FUNCTION);
+    const host = w.newFunction(HOST_FUNCTION, (...args) => vm.onHostCall(args));
+    w.setProp(w.global, HOST_FUNCTION, host);
+    host.dispose();
+    const api = w.evalCode(PRELUDE_SOURCE, PRELUDE_FILENAME);
+    const configure = api.getProp("configure");
+    const start = api.getProp("start");
+    const settle = api.getProp("settle");
+    api.dispose();
+    // Grow the heap past what ordinary executions allocate, then free it: the image keeps the headroom.
+    w.evalCode(`void new ArrayBuffer(${IMAGE_HEAP_HEADROOM_BYTES})`).dispose();
+    w.runGC();
+    const entries = {
+      configure: w.exportHandle(configure),
+      start: w.exportHandle(start),
+      settle: w.exportHandle(settle),
+    };
+    const image: VmImage = {
+      memory: new Uint8Array(ex.memory.buffer).slice(),
+      stackPointer: ex.__stack_pointer.value as number,
+      runtimePtr: ex.qjs_get_runtime_ptr(),
+      contextPtr: ex.qjs_get_context_ptr(),
+      entries,
+      preludeHash: createHash("sha256").update(PRELUDE_SOURCE).digest("hex"),
+      versions: { ...w.versions },
+    };
+    vm.entries = { configure, start, settle };
+    vm.dirty = true;
+    return { vm, image };
+  }
+
+  /** A new VM in the image's state, in a new instance of the shared module. */
+  static async fromImage(options: VmOptions, image: VmImage): Promise<GuestVm> {
+    const vm = await GuestVm.instantiate(options);
+    vm.dirty = true;
+    vm.image = image;
+    vm.copyImage(image);
+    return vm;
+  }
+
+  private static async instantiate(options: VmOptions): Promise<GuestVm> {
+    let vm: GuestVm | undefined;
+    // quickjs-wasi's imports call back into the wrapper object they were created with. The instance outlives many
+    // wrappers, so they are given this forwarder, which always reaches the current one.
+    const forward = {
+      handleHostCall: (...a: number[]) => call(vm?.wrapper, "handleHostCall", a),
+      readCString: (ptr: number) => call(vm?.wrapper, "readCString", [ptr]),
+      writeString: (s: string) => call(vm?.wrapper, "writeString", [s]),
+      throwHostException: (e: unknown) => call(vm?.wrapper, "throwHostException", [e]),
+      get exports() {
+        return vm?.exports;
+      },
+      interruptHandler: () => vm?.interrupt() ?? false,
+      unhandledRejectionHandler: null,
+      moduleNormalizeHandler: null,
+      moduleLoadHandler: null,
+      timezoneOffsetHandler: () => 0,
+    };
+    const wasi = () => ({
+      clock_time_get(clockId: number, _precision: bigint, resultPtr: number) {
+        const clock = vm?.clock ?? frozenClock;
+        const ms = clockId === 0 ? clock.realtimeMs() : clock.monotonicMs();
+        const memory = vm?.exports.memory;
+        if (memory) new DataView(memory.buffer).setBigUint64(resultPtr, BigInt(Math.round(ms * 1e6)), true);
+        return 0;
+      },
+    });
+    const { instance } = await Statics.instantiate(options.module, forward, wasi);
+    vm = new GuestVm(options, instance);
+    return vm;
+  }
+
+  private image?: VmImage;
+  /** True when the VM has run guest code since its last reset. */
+  dirty = false;
+
+  /** Binds a fresh host-side wrapper to the instance and retires the previous one. */
+  private bindWrapper(): void {
+    const previous = this.wrapper;
+    const w = new WrapperCtor(this.options.module);
+    (w as unknown as WrapperInternals).setInstance(this.instance);
+    Statics.applyLimits(w, {
+      maxStackSize: this.options.maxStackSize,
+      interruptHandler: () => this.interrupt(),
+      timezoneOffset: 0,
+    });
+    w.registerHostCallback(HOST_FUNCTION, (...args) => this.onHostCall(args));
+    this.wrapper = w;
+    this.generation++;
+    // A disposed wrapper drops its exports: stale handles of the previous execution then do nothing.
+    previous?.dispose();
+  }
+
+  private onHostCall(args: JSValueHandle[]): JSValueHandle {
+    return this.hostCallback(args) ?? this.wrapper.undefined;
+  }
+
+  /** Puts the VM in its post-prelude state. Returns false when the caller must make a new VM from the image. */
+  reset(image: VmImage): boolean {
+    if (!this.dirty && this.image === image && !this.broken) return true;
+    try {
+      this.copyImage(image);
+      return true;
+    } catch (error) {
+      if (error instanceof VmNeedsNewInstance) return false;
+      throw error;
+    }
+  }
+
+  private copyImage(image: VmImage): void {
+    if (this.broken) throw new VmNeedsNewInstance();
+    const memory = this.exports.memory;
+    const size = image.memory.byteLength;
+    if (memory.buffer.byteLength > size) throw new VmNeedsNewInstance();
+    if (memory.buffer.byteLength < size) memory.grow((size - memory.buffer.byteLength) / 65536);
+    // The stack sits below the image's stack pointer and QuickJS's guard keeps it within maxStackSize of it, so the
+    // pages further down were never written (overflowing the guard traps or breaks the VM, which is then replaced).
+    const from = Math.max(0, image.stackPointer - this.options.maxStackSize - STACK_COPY_MARGIN) & ~0xffff;
+    if (this.image === image && !this.broken)
+      new Uint8Array(memory.buffer, from, size - from).set(image.memory.subarray(from));
+    else new Uint8Array(memory.buffer, 0, size).set(image.memory);
+    this.exports.__stack_pointer.value = image.stackPointer;
+    this.exports.qjs_set_runtime_and_context(image.runtimePtr, image.contextPtr);
+    this.bindWrapper();
+    const w = this.wrapper;
+    this.entries = {
+      configure: w.importHandle(image.entries.configure),
+      start: w.importHandle(image.entries.start),
+      settle: w.importHandle(image.entries.settle),
+    };
+    this.image = image;
+    this.dirty = false;
+  }
+
+  /** The current wrapper; valid until the next reset. */
+  get qjs(): QuickJS {
+    return this.wrapper;
+  }
+
+  get entryPoints(): { configure: JSValueHandle; start: JSValueHandle; settle: JSValueHandle } {
+    if (!this.entries) throw new Error("the VM has no prelude");
+    return this.entries;
+  }
+
+  setMemoryLimit(bytes: number): void {
+    // 0 means "no limit" to QuickJS; the sandbox always passes a positive cap.
+    this.exports.qjs_set_memory_limit(bytes);
+  }
+
+  allocatedBytes(): number {
+    return this.wrapper.getAllocatedSize();
+  }
+
+  memoryBytes(): number {
+    return this.exports.memory.buffer.byteLength;
+  }
+
+  /**
+   * Runs pending promise jobs until none is left. Every `jobsPerCheck` jobs it polls `interrupt` itself, because a
+   * script such as `while (true) await null` runs a few opcodes per job, too few for QuickJS's own polling.
+   * Throws a JSException for an uncatchable guest error (interrupt, out of memory), and `Interrupted` when the poll
+   * between jobs fired.
+   */
+  drain(jobsPerCheck: number): void {
+    const ex = this.exports;
+    let count = 0;
+    while (ex.qjs_is_job_pending()) {
+      if (ex.qjs_execute_pending_job() < 0) (this.wrapper as unknown as WrapperInternals).throwPendingException();
+      if (++count % jobsPerCheck === 0 && this.interrupt()) throw new Interrupted();
+    }
+  }
+
+  /** True for the uncatchable errors QuickJS raises itself (interrupt, out of memory). */
+  isUncatchable(error: JSException): boolean {
+    return !error.handle.disposed && this.exports.qjs_is_uncatchable_error(error.handle.ptr) !== 0;
+  }
+
+  /** Drops the instance; the VM cannot be used afterwards. */
+  dispose(): void {
+    this.wrapper?.dispose();
+    this.entries = undefined;
+    this.broken = true;
+  }
+}
+
+/** The interrupt poll between promise jobs fired. */
+export class Interrupted extends Error {}
+
+export { JSException };
+
+function call(target: unknown, method: string, args: unknown[]): unknown {
+  if (!target) return 0;
+  const fn = (target as Record<string, (...a: unknown[]) => unknown>)[method];
+  return fn?.apply(target, args);
+}

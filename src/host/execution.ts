@@ -1,0 +1,309 @@
+/**
+ * The host side of one execution, whatever launcher runs its VM: the tool table, call records, output, store writes,
+ * the deadline and the abort. The host is the authority on how an execution ends: a deadline or an abort ends it
+ * here at once, and the VM is told to stop.
+ */
+import { MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import { type CallOutcome, DEADLINE_MESSAGE, type RunResult, type VmEvent } from "../engine/protocol.ts";
+import type {
+  CodemodeCall,
+  CodemodeError,
+  CodemodeHostCall,
+  CodemodeOutcome,
+  CodemodeOutputItem,
+  CodemodeResult,
+  CodemodeStoreWrites,
+  CodemodeTool,
+} from "../types.ts";
+import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
+
+/** Characters of an error message or stack the host keeps. */
+const MAX_ERROR_MESSAGE_CHARS = 8 * 1024;
+const MAX_ERROR_STACK_CHARS = 32 * 1024;
+
+/** How a call is answered: by running the host's tool (execute) or by the caller of a deterministic run. */
+export type CallHandler =
+  | { kind: "tools"; tools: ReadonlyMap<string, CodemodeTool>; globals: ReadonlyMap<string, CodemodeTool> }
+  | {
+      kind: "deterministic";
+      onStarted?: (fingerprint: string) => void;
+      onCall: (call: CodemodeHostCall) => void;
+      onIdle?: (seq: number, issued: number) => void;
+    };
+
+export interface ExecutionOptions {
+  request: LaunchRequest;
+  handler: CallHandler;
+  signal: AbortSignal | undefined;
+  timeoutMs: number;
+  /** Called once when the execution ended, to let the sandbox forget it. */
+  onEnd: (execution: Execution) => void;
+}
+
+interface OpenCall {
+  record: CodemodeCall;
+  startedAt: number;
+  controller: AbortController | undefined;
+  name: string;
+}
+
+export class Execution {
+  readonly result: Promise<CodemodeResult>;
+  private resolve!: (result: CodemodeResult) => void;
+  private readonly output: CodemodeOutputItem[] = [];
+  private outputChars = 0;
+  private readonly calls: CodemodeCall[] = [];
+  private readonly open = new Map<number, OpenCall>();
+  private readonly usedSeqs = new Set<number>();
+  private run!: LaunchedRun;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onAbort = () => this.stop("aborted", "The execution was aborted");
+  finished = false;
+
+  constructor(
+    launcher: Launcher,
+    private readonly options: ExecutionOptions,
+  ) {
+    this.result = new Promise((resolve) => {
+      this.resolve = resolve;
+    });
+    const { signal, timeoutMs } = options;
+    if (signal?.aborted) {
+      this.finish({ ok: false, error: { kind: "aborted", message: "The execution was aborted before it started" } });
+      return;
+    }
+    this.run = launcher.launch(options.request, (event) => this.onEvent(event));
+    if (this.finished) return;
+    signal?.addEventListener("abort", this.onAbort, { once: true });
+    if (Number.isFinite(timeoutMs)) {
+      this.timer = setTimeout(() => this.stop("timeout", this.timeoutMessage()), timeoutMs);
+    }
+  }
+
+  private timeoutMessage(): string {
+    return `The execution timed out after ${this.options.timeoutMs} ms`;
+  }
+
+  /** Ends the execution with `kind` and tells the VM to stop. */
+  stop(kind: "timeout" | "aborted", message: string): void {
+    if (this.finished) return;
+    this.finish({ ok: false, error: { kind, message } });
+    this.run?.stop(kind);
+  }
+
+  /** Deterministic runs: answers call `id` as result `seq`. */
+  deliver(seq: number, now: number, id: number, outcome: CodemodeOutcome): void {
+    if (this.finished) throw new Error("deliver(): the run has finished");
+    if (!Number.isSafeInteger(seq) || seq < 1)
+      throw new RangeError(`deliver(): seq must be a positive integer, got ${seq}`);
+    if (this.usedSeqs.has(seq)) throw new Error(`deliver(): result number ${seq} was already delivered`);
+    if (typeof now !== "number" || !Number.isFinite(now))
+      throw new RangeError("deliver(): now must be a finite number");
+    const call = this.open.get(id);
+    if (!call) throw new Error(`deliver(): call ${id} is not waiting for an answer`);
+    const encoded = encodeOutcome(outcome);
+    this.usedSeqs.add(seq);
+    this.closeCall(id, outcome.ok ? "ok" : "error");
+    this.run.settle(id, encoded, seq, now);
+  }
+
+  private onEvent(event: VmEvent): void {
+    if (this.finished) return;
+    switch (event.type) {
+      case "call":
+        this.onCall(event.id, event.target, event.name, event.args);
+        break;
+      case "output":
+        this.onOutput(event.item);
+        break;
+      case "started":
+        if (this.options.handler.kind === "deterministic") this.options.handler.onStarted?.(event.fingerprint);
+        break;
+      case "idle":
+        if (this.options.handler.kind === "deterministic") this.options.handler.onIdle?.(event.seq, event.issued);
+        break;
+      case "done":
+        this.finish(this.toResult(event.result));
+        break;
+    }
+  }
+
+  private onOutput(item: CodemodeOutputItem): void {
+    this.outputChars += item.type === "text" ? item.text.length : item.data.length;
+    if (this.outputChars > MAX_OUTPUT_CHARS || this.output.length >= MAX_OUTPUT_ITEMS) {
+      // The VM side enforces these limits; a VM side that does not is broken.
+      this.finish({ ok: false, error: { kind: "sandbox", message: "the VM sent more output than the limits allow" } });
+      this.run.stop("aborted");
+      return;
+    }
+    this.output.push(item);
+  }
+
+  private onCall(id: number, target: "tool" | "global", name: string, argsJson: string | undefined): void {
+    const handler = this.options.handler;
+    let args: unknown;
+    try {
+      args = argsJson === undefined ? undefined : JSON.parse(argsJson);
+    } catch {
+      this.finish({ ok: false, error: { kind: "sandbox", message: "the VM sent call arguments that are not JSON" } });
+      this.run.stop("aborted");
+      return;
+    }
+    const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
+    if (target === "tool") this.calls.push(record);
+    if (handler.kind === "deterministic") {
+      this.open.set(id, { record, startedAt: performance.now(), controller: undefined, name });
+      handler.onCall({ id, target, name, args });
+      return;
+    }
+    const tool = (target === "tool" ? handler.tools : handler.globals).get(name);
+    const controller = new AbortController();
+    this.open.set(id, { record, startedAt: performance.now(), controller, name });
+    if (!tool) {
+      // The prelude only knows the tools it was configured with; this is a tool unregistered meanwhile.
+      queueMicrotask(() => this.answer(id, { ok: false, message: `${name} is no longer available` }));
+      return;
+    }
+    // Tools run after the VM returned control: never inside the guest's call stack.
+    queueMicrotask(() => {
+      if (!this.open.has(id)) return;
+      let pending: unknown;
+      try {
+        pending = tool.execute(args, { signal: controller.signal });
+      } catch (error) {
+        this.answer(id, { ok: false, message: errorMessage(error) });
+        return;
+      }
+      Promise.resolve(pending).then(
+        (value) => this.answer(id, { ok: true, value }),
+        (error: unknown) => this.answer(id, { ok: false, message: errorMessage(error) }),
+      );
+    });
+  }
+
+  private answer(id: number, outcome: CodemodeOutcome): void {
+    if (this.finished || !this.open.has(id)) return;
+    let encoded: CallOutcome;
+    try {
+      encoded = encodeOutcome(outcome);
+    } catch (error) {
+      encoded = { ok: false, message: (error as Error).message, properties: undefined };
+    }
+    this.closeCall(id, encoded.ok ? "ok" : "error");
+    this.run.settle(id, encoded, null, null);
+  }
+
+  private closeCall(id: number, status: CodemodeCall["status"]): void {
+    const call = this.open.get(id);
+    if (!call) return;
+    this.open.delete(id);
+    call.record.status = status;
+    call.record.durationMs = performance.now() - call.startedAt;
+    if (status === "cancelled") call.controller?.abort(new Error("the execution ended"));
+  }
+
+  private toResult(result: RunResult): CodemodeResult {
+    // `during` tells where a deterministic run was when the script itself ended (returned, threw, or exited).
+    const endedByScript = result.ok || result.error.kind === "script";
+    const during = result.during && endedByScript ? { during: result.during } : {};
+    if (!result.ok) {
+      const error = clipError(result.error);
+      // The VM noticed the deadline before the host's timer did; the message is the host's either way.
+      if (error.kind === "timeout" && error.message === DEADLINE_MESSAGE) error.message = this.timeoutMessage();
+      return { ok: false, error, output: this.output, calls: this.calls, ...during };
+    }
+    try {
+      const value = result.value === undefined ? undefined : JSON.parse(result.value);
+      const storeWrites = parseWrites(result.writes);
+      return { ok: true, value, output: this.output, calls: this.calls, storeWrites, ...during };
+    } catch {
+      return {
+        ok: false,
+        error: { kind: "sandbox", message: "the VM sent a result that is not JSON" },
+        output: this.output,
+        calls: this.calls,
+      };
+    }
+  }
+
+  private finish(partial: { ok: false; error: CodemodeError } | CodemodeResult): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.options.signal?.removeEventListener("abort", this.onAbort);
+    // Calls still open when the script ended (not awaited, or the run was stopped) are cancelled through their signal.
+    for (const id of [...this.open.keys()]) this.closeCall(id, "cancelled");
+    const result: CodemodeResult =
+      "output" in partial
+        ? partial
+        : { ok: false, error: clipError(partial.error), output: this.output, calls: this.calls };
+    this.options.onEnd(this);
+    this.resolve(result);
+  }
+}
+
+function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
+  if (outcome === null || typeof outcome !== "object" || typeof outcome.ok !== "boolean") {
+    throw new TypeError("a call outcome must be { ok: true, value } or { ok: false, message }");
+  }
+  if (outcome.ok) {
+    let value: string | undefined;
+    try {
+      value = outcome.value === undefined ? undefined : JSON.stringify(outcome.value);
+    } catch (error) {
+      throw new TypeError(`the tool returned a value that is not JSON-serializable: ${errorMessage(error)}`);
+    }
+    if (value !== undefined && value.length > MAX_VALUE_CHARS) {
+      throw new RangeError(`the tool's result is more than ${MAX_VALUE_CHARS} characters of JSON`);
+    }
+    return { ok: true, value };
+  }
+  const message = typeof outcome.message === "string" ? outcome.message : String(outcome.message);
+  let properties: string | undefined;
+  if (outcome.properties !== undefined) {
+    try {
+      properties = JSON.stringify(outcome.properties);
+    } catch {
+      properties = undefined;
+    }
+    if (properties !== undefined && properties.length > MAX_VALUE_CHARS) properties = undefined;
+  }
+  return { ok: false, message, properties };
+}
+
+function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  try {
+    return String(error);
+  } catch {
+    return "the tool failed";
+  }
+}
+
+/** Store writes come as `{ set: { key: json }, delete: [keys] }`; keys such as `__proto__` stay plain data. */
+function parseWrites(json: string | undefined): CodemodeStoreWrites {
+  const writes: CodemodeStoreWrites = { set: {}, delete: [] };
+  if (json === undefined) return writes;
+  const parsed = JSON.parse(json) as { set: Record<string, string>; delete: string[] };
+  for (const key of Object.keys(parsed.set)) {
+    Object.defineProperty(writes.set, key, {
+      value: JSON.parse(parsed.set[key] as string),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  for (const key of parsed.delete) if (typeof key === "string") writes.delete.push(key);
+  return writes;
+}
+
+function clipError(error: CodemodeError): CodemodeError {
+  const clipped: CodemodeError = { kind: error.kind, message: clip(error.message, MAX_ERROR_MESSAGE_CHARS) };
+  if (error.name !== undefined) clipped.name = clip(error.name, 256);
+  if (error.stack !== undefined) clipped.stack = clip(error.stack, MAX_ERROR_STACK_CHARS);
+  return clipped;
+}
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max)}…`;
+}

@@ -1,0 +1,25 @@
+/**
+ * A launcher decides WHERE a VM runs (the calling thread, a worker thread, a child process); the host side of an
+ * execution is the same for all of them and talks to the launcher only through this interface.
+ */
+import type { CallOutcome, RunRequest, StopReason, VmEvent } from "../engine/protocol.ts";
+
+/** A run request before the launcher assigned its ids. */
+export type LaunchRequest = Omit<RunRequest, "exec" | "slot">;
+
+export interface LaunchedRun {
+  /** Hands a call's outcome to the VM; `seq` and `now` only in deterministic runs. */
+  settle(id: number, outcome: CallOutcome, seq: number | null, now: number | null): void;
+  /** Ends the run in the VM. The launcher force-stops a VM side that does not comply. */
+  stop(reason: StopReason): void;
+}
+
+export interface Launcher {
+  /**
+   * Starts a run. Every event of the run reaches `onEvent`, ending with exactly one `done` (also when the VM side
+   * fails: then a `sandbox` error).
+   */
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun;
+  /** Stops every run (each ends with `done`) and releases threads, processes and VMs. */
+  close(): Promise<void>;
+}

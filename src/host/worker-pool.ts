@@ -1,0 +1,221 @@
+/**
+ * Runs VMs on a warm pool of worker threads. Each worker boots once (module, prelude, image) and then runs many
+ * executions, each on its own post-prelude VM; executions waiting on tools do not block each other, and a script that
+ * computes occupies only its worker. The host stops a run through a shared flag that the VM polls; a worker that does
+ * not stop in time is terminated and replaced off the request path.
+ */
+import { availableParallelism } from "node:os";
+import { Worker } from "node:worker_threads";
+import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
+import { PROTOCOL_VERSION, parseVmEvent, StopCode, type VmEvent } from "../engine/protocol.ts";
+import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
+import type { WorkerData } from "./worker.ts";
+
+/** Time a worker has to end a stopped run before it is terminated. */
+export const STOP_GRACE_MS = 250;
+/** Executions one worker can track at once (the size of its shared stop flags). */
+const SLOTS_PER_WORKER = 4096;
+
+export interface WorkerPoolOptions {
+  module: WebAssembly.Module;
+  /** Worker threads; default: the machine's available parallelism. */
+  size?: number;
+  /** VMs per worker, for executions that wait on tools concurrently. */
+  maxVmsPerWorker: number;
+  workerUrl?: string | URL;
+}
+
+interface RunEntry {
+  onEvent: (event: VmEvent) => void;
+  slot: number;
+  stopTimer?: ReturnType<typeof setTimeout>;
+}
+
+class PoolWorker {
+  readonly worker: Worker;
+  readonly flags = new Int32Array(new SharedArrayBuffer(SLOTS_PER_WORKER * 4));
+  readonly runs = new Map<number, RunEntry>();
+  private readonly freeSlots: number[] = [];
+  readonly ready: Promise<void>;
+  dead = false;
+
+  constructor(
+    private readonly pool: WorkerPool,
+    options: WorkerPoolOptions,
+  ) {
+    for (let i = SLOTS_PER_WORKER - 1; i >= 0; i--) this.freeSlots.push(i);
+    const data: WorkerData = {
+      module: options.module,
+      stopFlags: this.flags,
+      maxStackSize: WORKER_MAX_STACK_SIZE,
+      maxVms: options.maxVmsPerWorker,
+    };
+    this.worker = new Worker(options.workerUrl ?? new URL("./worker.js", import.meta.url), {
+      workerData: data,
+      resourceLimits: { stackSizeMb: WORKER_STACK_SIZE_MB },
+      stdout: true,
+      stderr: true,
+    });
+    // The guest has no console of its own; anything a worker prints is dropped rather than buffered without bound.
+    this.worker.stdout.resume();
+    this.worker.stderr.resume();
+    this.worker.unref();
+    this.ready = new Promise((resolve, reject) => {
+      const onFirst = (message: unknown) => {
+        const m = message as { type?: string; protocol?: number; message?: string };
+        if (m?.type === "ready" && m.protocol === PROTOCOL_VERSION) {
+          this.worker.on("message", (event) => this.onMessage(event));
+          resolve();
+        } else {
+          reject(
+            new Error(
+              m?.type === "failed" ? `the worker could not boot: ${m.message}` : "the worker spoke another protocol",
+            ),
+          );
+          this.kill("the worker could not boot");
+        }
+      };
+      this.worker.once("message", onFirst);
+      this.worker.once("error", (error) => reject(error));
+      this.worker.once("exit", (code) => reject(new Error(`the worker exited with code ${code} while booting`)));
+    });
+    this.ready.catch(() => {});
+    this.worker.on("error", (error) => this.kill(`the worker failed: ${error.message}`));
+    this.worker.on("exit", (code) => this.kill(`the worker exited with code ${code}`));
+  }
+
+  takeSlot(): number | undefined {
+    const slot = this.freeSlots.pop();
+    if (slot !== undefined) Atomics.store(this.flags, slot, StopCode.none);
+    return slot;
+  }
+
+  private onMessage(message: unknown): void {
+    if (this.dead) return;
+    let event: VmEvent;
+    try {
+      event = parseVmEvent(message);
+    } catch (error) {
+      this.kill(`the worker broke the protocol: ${(error as Error).message}`);
+      return;
+    }
+    const entry = this.runs.get(event.exec);
+    if (!entry) {
+      // Late traffic of a run the host already stopped is expected; a run id it never issued is not.
+      if (event.exec > this.pool.lastExec) this.kill("the worker sent a message for an unknown execution");
+      return;
+    }
+    if (event.type === "done") this.finishRun(event.exec, entry);
+    entry.onEvent(event);
+  }
+
+  addRun(exec: number, entry: RunEntry): void {
+    if (this.runs.size === 0) this.worker.ref();
+    this.runs.set(exec, entry);
+  }
+
+  finishRun(exec: number, entry: RunEntry): void {
+    this.runs.delete(exec);
+    // An idle pool does not keep the process alive.
+    if (this.runs.size === 0) this.worker.unref();
+    if (entry.stopTimer) clearTimeout(entry.stopTimer);
+    this.freeSlots.push(entry.slot);
+  }
+
+  /** Terminates the worker once and fails its open runs with a `sandbox` error. */
+  kill(reason: string): void {
+    if (this.dead) return;
+    this.dead = true;
+    void this.worker.terminate();
+    const runs = [...this.runs];
+    this.runs.clear();
+    for (const [exec, entry] of runs) {
+      if (entry.stopTimer) clearTimeout(entry.stopTimer);
+      entry.onEvent({
+        type: "done",
+        exec,
+        result: { ok: false, error: { kind: "sandbox", message: reason }, cpuMs: 0, during: null },
+      });
+    }
+    this.pool.replace(this);
+  }
+}
+
+export class WorkerPool implements Launcher {
+  private workers: PoolWorker[] = [];
+  private closed = false;
+  lastExec = 0;
+  readonly size: number;
+
+  constructor(private readonly options: WorkerPoolOptions) {
+    this.size = options.size ?? Math.max(1, availableParallelism());
+    if (!Number.isInteger(this.size) || this.size < 1) throw new RangeError("poolSize must be a positive integer");
+    for (let i = 0; i < this.size; i++) this.workers.push(new PoolWorker(this, options));
+  }
+
+  /** Resolves once every worker has booted. */
+  async warm(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.ready));
+  }
+
+  /** Live worker threads (for tests and monitoring). */
+  get threadCount(): number {
+    return this.workers.filter((w) => !w.dead).length;
+  }
+
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
+    const exec = ++this.lastExec;
+    const fail = (message: string) =>
+      onEvent({
+        type: "done",
+        exec,
+        result: { ok: false, error: { kind: "sandbox", message }, cpuMs: 0, during: null },
+      });
+    const noop: LaunchedRun = { settle: () => {}, stop: () => {} };
+    if (this.closed) {
+      queueMicrotask(() => fail("the sandbox is closed"));
+      return noop;
+    }
+    const worker = this.pick();
+    const slot = worker.takeSlot();
+    if (slot === undefined) {
+      queueMicrotask(() => fail("too many executions at once on one worker"));
+      return noop;
+    }
+    const entry: RunEntry = { onEvent, slot };
+    worker.addRun(exec, entry);
+    worker.worker.postMessage({ type: "run", request: { ...request, exec, slot } });
+    return {
+      settle: (id, outcome, seq, now) => {
+        if (worker.runs.has(exec)) worker.worker.postMessage({ type: "settle", exec, id, outcome, seq, now });
+      },
+      stop: (reason) => {
+        if (!worker.runs.has(exec) || entry.stopTimer) return;
+        Atomics.store(worker.flags, slot, reason === "timeout" ? StopCode.timeout : StopCode.aborted);
+        worker.worker.postMessage({ type: "stop", exec, reason });
+        entry.stopTimer = setTimeout(() => worker.kill("the worker did not stop a run in time"), STOP_GRACE_MS);
+        entry.stopTimer.unref?.();
+      },
+    };
+  }
+
+  /** The live worker with the fewest runs. */
+  private pick(): PoolWorker {
+    let best = this.workers[0] as PoolWorker;
+    for (const w of this.workers) if (!w.dead && (best.dead || w.runs.size < best.runs.size)) best = w;
+    return best;
+  }
+
+  replace(dead: PoolWorker): void {
+    if (this.closed) return;
+    const index = this.workers.indexOf(dead);
+    if (index >= 0) this.workers[index] = new PoolWorker(this, this.options);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const workers = this.workers;
+    for (const w of workers) w.kill("the sandbox is closed");
+    await Promise.all(workers.map((w) => w.worker.terminate()));
+  }
+}

@@ -1,0 +1,21 @@
+/** Airlock: code mode for TypeScript. */
+export {
+  DEFAULT_TIMEOUT_MS,
+  INLINE_MAX_STACK_SIZE,
+  MAX_OUTPUT_CHARS,
+  MAX_OUTPUT_ITEMS,
+  MAX_STORE_TOTAL_CHARS,
+  MAX_STORE_VALUE_CHARS,
+  MAX_VALUE_CHARS,
+} from "./engine/limits.ts";
+export { loadQuickJSWasm } from "./engine/wasm.ts";
+export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
+export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
+export {
+  CodemodeSandbox,
+  type CodemodeSandboxOptions,
+  DEFAULT_VMS_PER_THREAD,
+  InlineCodemodeSandbox,
+  type InlineCodemodeSandboxOptions,
+} from "./sandbox/codemode.ts";
+export type * from "./types.ts";

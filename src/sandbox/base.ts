@@ -1,0 +1,302 @@
+/**
+ * The public sandbox API, shared by every launcher: option checks, the tool registry, `execute`, deterministic
+ * `start` runs, and `close`. Subclasses only choose the launcher.
+ */
+import { DEFAULT_TIMEOUT_MS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import { Execution } from "../host/execution.ts";
+import type { Launcher, LaunchRequest } from "../host/launcher.ts";
+import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
+import type {
+  CodemodeExecuteOptions,
+  CodemodeResult,
+  CodemodeRun,
+  CodemodeRunOptions,
+  CodemodeSandboxBaseOptions,
+  CodemodeTool,
+} from "../types.ts";
+
+/** Default heap cap of a VM. */
+export const DEFAULT_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024;
+/** Smallest heap cap accepted: the script environment itself needs about half of it. */
+export const MIN_MEMORY_LIMIT_BYTES = 1024 * 1024;
+
+/** Names the script environment defines itself; globals may not take them. */
+const RESERVED_GLOBALS = new Set([
+  "tools",
+  "ALL_TOOLS",
+  "console",
+  "text",
+  "image",
+  "exit",
+  "store",
+  "load",
+  "globalThis",
+  "eval",
+  "Function",
+  "Object",
+  "Array",
+  "JSON",
+  "Math",
+  "Promise",
+  "Reflect",
+  "Proxy",
+  "Symbol",
+  "Error",
+  "Date",
+  "RegExp",
+  "Map",
+  "Set",
+  "WeakMap",
+  "WeakSet",
+  "String",
+  "Number",
+  "Boolean",
+  "BigInt",
+  "undefined",
+  "NaN",
+  "Infinity",
+  "__proto__",
+  "constructor",
+  "prototype",
+  "performance",
+  "queueMicrotask",
+]);
+
+export abstract class CodemodeSandboxBase {
+  private readonly toolMap = new Map<string, CodemodeTool>();
+  private readonly globalMap = new Map<string, CodemodeTool>();
+  private readonly executions = new Set<Execution>();
+  private readonly timeoutMs: number;
+  private readonly memoryLimitBytes: number;
+  private closed = false;
+
+  protected constructor(
+    options: CodemodeSandboxBaseOptions,
+    protected readonly launcher: Launcher,
+  ) {
+    if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
+    this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
+    this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
+    if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
+    if (options.globals !== undefined && !Array.isArray(options.globals))
+      throw new TypeError("globals must be an array");
+    for (const tool of options.tools ?? []) this.registerTool(tool);
+    for (const global of options.globals ?? []) this.addGlobal(global);
+  }
+
+  /** The registered tools, for `renderDeclarations`. */
+  get tools(): CodemodeTool[] {
+    return [...this.toolMap.values()];
+  }
+
+  get globals(): CodemodeTool[] {
+    return [...this.globalMap.values()];
+  }
+
+  /** Adds a tool for the executions that start afterwards. */
+  registerTool(tool: CodemodeTool): void {
+    checkTool(tool, "tool");
+    if (this.toolMap.has(tool.name)) throw new Error(`a tool named "${tool.name}" is already registered`);
+    const id = toCodemodeIdentifier(tool.name);
+    for (const other of this.toolMap.values()) {
+      if (toCodemodeIdentifier(other.name) === id) {
+        throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
+      }
+    }
+    this.toolMap.set(tool.name, tool);
+  }
+
+  /** Removes a tool; running executions that call it get an error. Returns whether it was registered. */
+  unregisterTool(name: string): boolean {
+    return this.toolMap.delete(name);
+  }
+
+  private addGlobal(global: CodemodeTool): void {
+    checkTool(global, "global");
+    const parts = global.name.split(".");
+    if (parts.length > 2 || !parts.every(isIdentifier) || parts.some((p) => RESERVED_GLOBALS.has(p))) {
+      throw new Error(
+        `global "${global.name}" must be an identifier or namespace.member, and may not take a name the script environment uses`,
+      );
+    }
+    if (this.globalMap.has(global.name)) throw new Error(`a global named "${global.name}" is already registered`);
+    for (const other of this.globalMap.keys()) {
+      if (other.split(".")[0] === parts[0] && (parts.length === 1 || !other.includes("."))) {
+        throw new Error(`global "${global.name}" collides with global "${other}"`);
+      }
+    }
+    this.globalMap.set(global.name, global);
+  }
+
+  /** Runs `code` (the body of an async function). Never rejects for script failures; see `CodemodeResult`. */
+  async execute(code: string, options: CodemodeExecuteOptions = {}): Promise<CodemodeResult> {
+    if (typeof code !== "string") throw new TypeError("code must be a string");
+    if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
+    const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
+    const store = encodeStore(options.store);
+    if (this.closed) return closedResult();
+    const request = this.request(code, store, timeoutMs, null);
+    request.tools = [...this.toolMap.values()].map((t) => ({
+      name: t.name,
+      id: toCodemodeIdentifier(t.name),
+      description: t.description ?? "",
+    }));
+    request.globals = [...this.globalMap.values()].map((g) => ({ name: g.name, spread: g.spread === true }));
+    const execution = new Execution(this.launcher, {
+      request,
+      handler: { kind: "tools", tools: new Map(this.toolMap), globals: new Map(this.globalMap) },
+      signal: options.signal,
+      timeoutMs,
+      onEnd: (e) => this.executions.delete(e),
+    });
+    if (!execution.finished) this.executions.add(execution);
+    return execution.result;
+  }
+
+  /**
+   * Runs `code` deterministically: the run declares its tools and globals, the host answers every call with
+   * `deliver(seq, now, id, outcome)`, and the same inputs and results always give the same calls, output and value.
+   */
+  start(code: string, options: CodemodeRunOptions): CodemodeRun {
+    if (typeof code !== "string") throw new TypeError("code must be a string");
+    if (options === null || typeof options !== "object") throw new TypeError("start options must be an object");
+    if (typeof options.startedAt !== "number" || !Number.isFinite(options.startedAt)) {
+      throw new TypeError("startedAt must be a finite number of ms since the epoch");
+    }
+    if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
+      throw new TypeError("seed must be an unsigned 32-bit integer");
+    }
+    if (typeof options.onCall !== "function") throw new TypeError("onCall must be a function");
+    const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
+    const store = encodeStore(options.store);
+    const request = this.request(code, store, timeoutMs, { startedAt: options.startedAt, seed: options.seed });
+    const seen = new Set<string>();
+    request.tools = (options.tools ?? []).map((t) => {
+      if (!t || typeof t.name !== "string" || t.name === "") throw new TypeError("every tool needs a name");
+      const id = t.jsName ?? toCodemodeIdentifier(t.name);
+      if (!isIdentifier(id)) throw new TypeError(`jsName "${id}" of tool "${t.name}" is not an identifier`);
+      if (seen.has(id)) throw new Error(`two tools would both be tools.${id}`);
+      seen.add(id);
+      return { name: t.name, id, description: t.description ?? "" };
+    });
+    request.globals = (options.globals ?? []).map((g) => {
+      const parts = typeof g?.name === "string" ? g.name.split(".") : [];
+      if (
+        parts.length < 1 ||
+        parts.length > 2 ||
+        !parts.every(isIdentifier) ||
+        parts.some((p) => RESERVED_GLOBALS.has(p))
+      ) {
+        throw new TypeError(
+          `global "${g?.name}" must be an identifier or namespace.member not used by the environment`,
+        );
+      }
+      return { name: g.name, spread: g.spread === true };
+    });
+    const execution = this.closed
+      ? undefined
+      : new Execution(this.launcher, {
+          request,
+          handler: {
+            kind: "deterministic",
+            onStarted: options.onStarted,
+            onCall: options.onCall,
+            onIdle: options.onIdle,
+          },
+          signal: options.signal,
+          timeoutMs,
+          onEnd: (e) => this.executions.delete(e),
+        });
+    const result = execution ? execution.result : Promise.resolve(closedResult());
+    if (execution && !execution.finished) this.executions.add(execution);
+    return {
+      result,
+      get finished() {
+        return execution?.finished ?? true;
+      },
+      deliver: (seq, now, id, outcome) => {
+        if (!execution) throw new Error("deliver(): the sandbox is closed");
+        execution.deliver(seq, now, id, outcome);
+      },
+    };
+  }
+
+  /** Stops every open execution (they end with `aborted`) and releases the sandbox's threads and VMs. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const execution of [...this.executions]) execution.stop("aborted", "The sandbox was closed");
+    await this.launcher.close();
+  }
+
+  private request(
+    code: string,
+    store: Record<string, string>,
+    timeoutMs: number,
+    deterministic: LaunchRequest["deterministic"],
+  ): LaunchRequest {
+    return {
+      code,
+      tools: [],
+      globals: [],
+      store,
+      memoryLimitBytes: this.memoryLimitBytes,
+      deadline: Number.isFinite(timeoutMs) ? Date.now() + timeoutMs : null,
+      cpuLimitMs: null,
+      deterministic,
+    };
+  }
+}
+
+function closedResult(): CodemodeResult {
+  return { ok: false, error: { kind: "aborted", message: "The sandbox is closed" }, output: [], calls: [] };
+}
+
+function checkTool(tool: CodemodeTool, what: string): void {
+  if (tool === null || typeof tool !== "object") throw new TypeError(`a ${what} must be an object`);
+  if (typeof tool.name !== "string" || tool.name === "") throw new TypeError(`every ${what} needs a non-empty name`);
+  if (typeof tool.execute !== "function") throw new TypeError(`${what} "${tool.name}" has no execute function`);
+  if (tool.description !== undefined && typeof tool.description !== "string") {
+    throw new TypeError(`${what} "${tool.name}" has a description that is not a string`);
+  }
+}
+
+function checkTimeout(value: unknown, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || Number.isNaN(value) || value <= 0) {
+    throw new RangeError(`${name} must be a positive number of ms or Infinity, got ${String(value)}`);
+  }
+  return value;
+}
+
+function checkMemory(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < MIN_MEMORY_LIMIT_BYTES || value > 2 ** 32) {
+    throw new RangeError(
+      `memoryLimitBytes must be an integer between ${MIN_MEMORY_LIMIT_BYTES} and ${2 ** 32}, got ${String(value)}`,
+    );
+  }
+  return value;
+}
+
+function encodeStore(store: Readonly<Record<string, unknown>> | undefined): Record<string, string> {
+  const encoded: Record<string, string> = {};
+  if (store === undefined) return encoded;
+  if (store === null || typeof store !== "object" || Array.isArray(store)) {
+    throw new TypeError("store must be an object of JSON values");
+  }
+  for (const key of Object.keys(store)) {
+    const value = store[key];
+    if (value === undefined) continue;
+    let json: string | undefined;
+    try {
+      json = JSON.stringify(value);
+    } catch (error) {
+      throw new TypeError(`store["${key}"] is not JSON-serializable: ${(error as Error).message}`);
+    }
+    if (json === undefined) throw new TypeError(`store["${key}"] is not JSON-serializable`);
+    if (json.length > MAX_VALUE_CHARS) throw new RangeError(`store["${key}"] is too large`);
+    Object.defineProperty(encoded, key, { value: json, enumerable: true, writable: true, configurable: true });
+  }
+  return encoded;
+}
