@@ -164,21 +164,18 @@ export class Execution {
       queueMicrotask(() => this.answer(id, { ok: false, message: `${name} is no longer available` }));
       return;
     }
-    // Tools run after the VM returned control: never inside the guest's call stack.
-    queueMicrotask(() => {
-      if (!this.open.has(id)) return;
-      let pending: unknown;
-      try {
-        pending = tool.execute(args, { signal: controller.signal });
-      } catch (error) {
-        this.answer(id, { ok: false, message: errorMessage(error) });
-        return;
-      }
-      Promise.resolve(pending).then(
-        (value) => this.answer(id, { ok: true, value }),
-        (error: unknown) => this.answer(id, { ok: false, message: errorMessage(error) }),
-      );
-    });
+    // The tool starts at once; its answer always reaches the VM later, from a promise job, never inside the guest's
+    // call stack (launchers also defer commands that arrive while their VM runs).
+    let pending: unknown;
+    try {
+      pending = tool.execute(args, { signal: controller.signal });
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    Promise.resolve(pending).then(
+      (value) => this.answer(id, { ok: true, value }),
+      (error: unknown) => this.answer(id, { ok: false, message: errorMessage(error) }),
+    );
   }
 
   private answer(id: number, outcome: CodemodeOutcome): void {

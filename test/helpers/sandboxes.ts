@@ -1,0 +1,19 @@
+import {
+  CodemodeSandbox,
+  type CodemodeSandboxBase,
+  type CodemodeSandboxBaseOptions,
+  InlineCodemodeSandbox,
+} from "airlock";
+
+/** Every launcher that claims the shared behaviour; each test of the shared suite runs against all of them. */
+export const launchers: { name: string; make(options?: CodemodeSandboxBaseOptions): CodemodeSandboxBase }[] = [
+  { name: "inline", make: (options = {}) => new InlineCodemodeSandbox(options) },
+  { name: "worker", make: (options = {}) => new CodemodeSandbox({ poolSize: 1, ...options }) },
+];
+
+/** A 1x1 PNG, GIF and JPEG/WebP headers, as base64. */
+export const PNG_1x1 =
+  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+export const GIF_1x1 = "R0lGODlhAQABAAAAACw=";
+export const JPEG_HEAD = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 0x10, 0x4a, 0x46]).toString("base64");
+export const WEBP_HEAD = Buffer.from("RIFF\x00\x00\x00\x00WEBPVP8 ", "latin1").toString("base64");

@@ -1,0 +1,453 @@
+/** The script environment and the host API, run against every launcher. */
+import {
+  type CodemodeSandboxBase,
+  type CodemodeTool,
+  MAX_OUTPUT_ITEMS,
+  MAX_STORE_TOTAL_CHARS,
+  MAX_STORE_VALUE_CHARS,
+  toCodemodeIdentifier,
+} from "airlock";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { GIF_1x1, JPEG_HEAD, launchers, PNG_1x1, WEBP_HEAD } from "./helpers/sandboxes.ts";
+
+const received: unknown[] = [];
+const signals: AbortSignal[] = [];
+
+const tools: CodemodeTool[] = [
+  { name: "echo", description: "Echo the argument", execute: async (args) => args },
+  { name: "my-tool", description: "Dashed name", execute: async (args) => ({ got: args }) },
+  { name: "record", execute: (args) => void received.push(args) },
+  {
+    name: "fail",
+    execute: async () => {
+      throw new Error("the tool failed on purpose");
+    },
+  },
+  {
+    name: "failSync",
+    execute: () => {
+      throw new TypeError("thrown synchronously");
+    },
+  },
+  {
+    name: "wait",
+    execute: (args, { signal }) =>
+      new Promise((resolve) => {
+        signals.push(signal);
+        const timer = setTimeout(() => resolve("waited"), (args as { ms?: number })?.ms ?? 50);
+        signal.addEventListener("abort", () => {
+          clearTimeout(timer);
+          resolve("aborted");
+        });
+      }),
+  },
+  { name: "date", execute: () => ({ when: new Date(0), gone: undefined, keep: null }) },
+  { name: "bigint", execute: () => 1n },
+];
+const globals: CodemodeTool[] = [
+  { name: "classify", execute: async (args) => `class of ${JSON.stringify(args)}` },
+  { name: "models.embed", execute: async (args) => [1, 2, (args as { n: number }).n] },
+  { name: "sum", spread: true, execute: async (args) => (args as number[]).reduce((a, b) => a + b, 0) },
+];
+
+describe.each(launchers)("$name sandbox", ({ make }) => {
+  let sandbox: CodemodeSandboxBase;
+  beforeAll(() => {
+    sandbox = make({ tools, globals, timeoutMs: 10_000, memoryLimitBytes: 64 * 1024 * 1024 });
+  });
+  afterAll(async () => {
+    await sandbox.close();
+  });
+  const run = (code: string, options?: Parameters<CodemodeSandboxBase["execute"]>[1]) => sandbox.execute(code, options);
+
+  describe("code is the body of an async function", () => {
+    it("returns a value and supports top-level await", async () => {
+      const result = await run("const a = await Promise.resolve(20); return a + 22;");
+      expect(result).toEqual({ ok: true, value: 42, output: [], calls: [], storeWrites: { set: {}, delete: [] } });
+    });
+
+    it("returns undefined when nothing is returned", async () => {
+      const result = await run("1 + 1;");
+      expect(result.ok).toBe(true);
+      expect(result.ok && result.value).toBeUndefined();
+    });
+
+    it("makes a JSON round trip of the return value", async () => {
+      const result = await run("return { d: new Date(0), u: undefined, f() {}, n: NaN, nested: [1, { x: 'y' }] };");
+      expect(result.ok && result.value).toEqual({ d: "1970-01-01T00:00:00.000Z", n: null, nested: [1, { x: "y" }] });
+    });
+  });
+
+  describe("tools", () => {
+    it("calls a tool with a JSON round trip of arguments and result", async () => {
+      const result = await run("return await tools.echo({ a: [1, 2], d: new Date(0), u: undefined });");
+      expect(result.ok && result.value).toEqual({ a: [1, 2], d: "1970-01-01T00:00:00.000Z" });
+      expect(result.calls).toHaveLength(1);
+      expect(result.calls[0]).toMatchObject({ name: "echo", status: "ok" });
+      expect(result.calls[0]?.durationMs).toBeGreaterThanOrEqual(0);
+    });
+
+    it("round-trips tool results through JSON", async () => {
+      const result = await run("return await tools.date();");
+      expect(result.ok && result.value).toEqual({ when: "1970-01-01T00:00:00.000Z", keep: null });
+    });
+
+    it("reaches names that are not identifiers both ways", async () => {
+      expect(toCodemodeIdentifier("my-tool")).toBe("my_tool");
+      const result = await run("return [await tools['my-tool'](1), await tools.my_tool(2)];");
+      expect(result.ok && result.value).toEqual([{ got: 1 }, { got: 2 }]);
+      expect(result.calls.map((c) => c.name)).toEqual(["my-tool", "my-tool"]);
+    });
+
+    it("rejects with an Error carrying the tool's message", async () => {
+      const result = await run(`
+        const out = [];
+        for (const name of ["fail", "failSync"]) {
+          try { await tools[name](); } catch (e) { out.push([e instanceof Error, e.message]); }
+        }
+        return out;`);
+      expect(result.ok && result.value).toEqual([
+        [true, "the tool failed on purpose"],
+        [true, "thrown synchronously"],
+      ]);
+      expect(result.calls.map((c) => c.status)).toEqual(["error", "error"]);
+    });
+
+    it("fails the script when a tool rejection is not caught", async () => {
+      const result = await run("await tools.fail();");
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.error).toMatchObject({
+        kind: "script",
+        name: "Error",
+        message: "the tool failed on purpose",
+      });
+    });
+
+    it("rejects a tool result that is not JSON", async () => {
+      const result = await run("try { await tools.bigint(); } catch (e) { return e.message; }");
+      expect(result.ok && result.value).toMatch(/not JSON-serializable/);
+    });
+
+    it("names the closest tool for an unknown name", async () => {
+      const result = await run("return await tools.ecoh({});");
+      expect(result.ok).toBe(false);
+      if (result.ok) return;
+      expect(result.error.kind).toBe("script");
+      expect(result.error.name).toBe("TypeError");
+      expect(result.error.message).toContain("tools.ecoh does not exist");
+      expect(result.error.message).toContain("Did you mean tools.echo?");
+    });
+
+    it("lists every tool in ALL_TOOLS by identifier", async () => {
+      const result = await run("return ALL_TOOLS.slice(0, 2);");
+      expect(result.ok && result.value).toEqual([
+        { name: "echo", description: "Echo the argument" },
+        { name: "my_tool", description: "Dashed name" },
+      ]);
+    });
+
+    it("cancels calls still running when the script returns, through their signal", async () => {
+      signals.length = 0;
+      const result = await run("tools.wait({ ms: 5000 }); return 'early';");
+      expect(result.ok && result.value).toBe("early");
+      expect(result.calls).toEqual([{ name: "wait", status: "cancelled", durationMs: expect.any(Number) }]);
+      expect(signals).toHaveLength(1);
+      expect(signals[0]?.aborted).toBe(true);
+    });
+
+    it("runs tool calls concurrently", async () => {
+      const result = await run(
+        "return await Promise.all([1, 2, 3, 4].map((i) => tools.wait({ ms: 300 }).then(() => i)));",
+      );
+      expect(result.ok && result.value).toEqual([1, 2, 3, 4]);
+      expect(result.calls.every((c) => c.status === "ok")).toBe(true);
+    });
+
+    it("registers and unregisters tools for later executions", async () => {
+      sandbox.registerTool({ name: "late", execute: () => "late tool" });
+      expect(sandbox.tools.map((t) => t.name)).toContain("late");
+      const first = await run("return await tools.late();");
+      expect(first.ok && first.value).toBe("late tool");
+      expect(sandbox.unregisterTool("late")).toBe(true);
+      const second = await run("return await tools.late();");
+      expect(!second.ok && second.error.message).toContain("tools.late does not exist");
+      expect(() => sandbox.registerTool({ name: "echo", execute: () => 1 })).toThrow(/already registered/);
+      expect(() => sandbox.registerTool({ name: "my.tool", execute: () => 1 })).toThrow(/both be tools.my_tool/);
+    });
+  });
+
+  describe("globals", () => {
+    it("calls globals as top-level functions, namespaces and spread, without recording them", async () => {
+      const result = await run(`return [
+        await classify({ q: 1 }), await models.embed({ n: 3 }), await sum(1, 2, 3),
+        Object.isFrozen(models), typeof globalThis.classify,
+      ];`);
+      expect(result.ok && result.value).toEqual(['class of {"q":1}', [1, 2, 3], 6, true, "function"]);
+      expect(result.calls).toEqual([]);
+    });
+
+    it("refuses globals that shadow the environment or are not identifiers", () => {
+      const noop = () => 1;
+      expect(() => make({ globals: [{ name: "text", execute: noop }] })).toThrow(/global "text"/);
+      expect(() => make({ globals: [{ name: "a-b", execute: noop }] })).toThrow(/global "a-b"/);
+      expect(() => make({ globals: [{ name: "a.b.c", execute: noop }] })).toThrow(/global "a.b.c"/);
+    });
+  });
+
+  describe("output", () => {
+    it("appends text items, JSON-stringifying non-strings, and console items", async () => {
+      const result = await run(`
+        text("plain"); text({ b: 1 }); text(undefined); text(2n);
+        console.log("x", { y: 1 }, 2); console.info("i"); console.warn("w"); console.error("e"); console.debug("d");
+        return 1;`);
+      expect(result.output).toEqual([
+        { type: "text", text: "plain" },
+        { type: "text", text: '{"b":1}' },
+        { type: "text", text: "undefined" },
+        { type: "text", text: "2" },
+        { type: "text", text: 'x {"y":1} 2', console: true },
+        { type: "text", text: "i", console: true },
+        { type: "text", text: "w", console: true },
+        { type: "text", text: "e", console: true },
+        { type: "text", text: "d", console: true },
+      ]);
+    });
+
+    it("keeps output of failed executions", async () => {
+      const result = await run("text('before'); throw new Error('after');");
+      expect(result.ok).toBe(false);
+      expect(result.output).toEqual([{ type: "text", text: "before" }]);
+    });
+
+    it("accepts images as data URLs, { image_url } and image blocks, detecting the type from the bytes", async () => {
+      const result = await run(`
+        image("data:image/png;base64,${PNG_1x1}");
+        image({ image_url: "data:image/png;base64,${JPEG_HEAD}" });
+        image({ image_url: { url: "data:image/webp;base64,${WEBP_HEAD}" } });
+        image({ type: "image", data: "${GIF_1x1}", mimeType: "image/png" });`);
+      expect(result.ok).toBe(true);
+      expect(result.output).toEqual([
+        { type: "image", data: PNG_1x1, mimeType: "image/png" },
+        { type: "image", data: JPEG_HEAD, mimeType: "image/jpeg" },
+        { type: "image", data: WEBP_HEAD, mimeType: "image/webp" },
+        { type: "image", data: GIF_1x1, mimeType: "image/gif" },
+      ]);
+    });
+
+    it.each([
+      ["a remote URL", `image("https://example.com/a.png")`, /remote image URLs are not supported/],
+      ["bad base64", `image("data:image/png;base64,@@@@")`, /not valid base64/],
+      ["truncated base64", `image({ type: "image", data: "iVBORw0", mimeType: "image/png" })`, /not valid base64/],
+      [
+        "bytes that are no image",
+        `image("data:image/png;base64,${Buffer.from("hello world!").toString("base64")}")`,
+        /not a PNG, JPEG, GIF, or WebP/,
+      ],
+      ["a number", "image(42)", /invalid image output/],
+    ])("rejects %s", async (_, code, message) => {
+      const result = await run(code);
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.error).toMatchObject({ kind: "script", name: "TypeError" });
+      expect(!result.ok && result.error.message).toMatch(message);
+    });
+
+    it(`fails the run past ${MAX_OUTPUT_ITEMS} items even if the script catches the error`, async () => {
+      const result = await run(`
+        let caught = 0;
+        for (let i = 0; i < ${MAX_OUTPUT_ITEMS} + 5; i++) { try { text("x"); } catch { caught++; } }
+        return caught;`);
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.error).toMatchObject({ kind: "script", name: "RangeError" });
+      expect(result.output).toHaveLength(MAX_OUTPUT_ITEMS);
+    });
+
+    it("fails the run past MAX_OUTPUT_CHARS even if the script catches the error", async () => {
+      const result = await run(`
+        const chunk = "x".repeat(4 * 1024 * 1024);
+        for (let i = 0; i < 5; i++) { try { text(chunk); } catch {} }
+        return "caught";`);
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.error.message).toMatch(/output exceeded \d+ characters/);
+      expect(result.output).toHaveLength(4);
+    });
+  });
+
+  describe("exit()", () => {
+    it("ends the script successfully at once, keeping output and store writes", async () => {
+      const result = await run(`
+        text("before"); store("k", 1);
+        try { exit(); } catch {}
+        text("after"); store("k2", 2);
+        return "not reached";`);
+      expect(result).toEqual({
+        ok: true,
+        value: undefined,
+        output: [{ type: "text", text: "before" }],
+        calls: [],
+        storeWrites: { set: { k: 1 }, delete: [] },
+      });
+    });
+
+    it("ends the script from inside a nested async function", async () => {
+      const result = await run(`
+        async function inner() { await tools.echo(1); exit(); }
+        await inner();
+        text("not reached");`);
+      expect(result.ok).toBe(true);
+      expect(result.output).toEqual([]);
+    });
+  });
+
+  describe("store and load", () => {
+    it("loads given values as copies and reports writes on success", async () => {
+      const saved = { list: [1, 2], gone: "x" };
+      const result = await run(
+        `const l = load("list"); l.push(3);
+         store("obj", { a: 1 }); store("gone", undefined); store("n", (load("n") ?? 0) + 1);
+         return [load("list"), load("obj"), load("gone"), load("missing")];`,
+        { store: saved },
+      );
+      expect(result.ok && result.value).toEqual([[1, 2], { a: 1 }, null, null]);
+      expect(result.ok && result.storeWrites).toEqual({ set: { obj: { a: 1 }, n: 1 }, delete: ["gone"] });
+      expect(saved).toEqual({ list: [1, 2], gone: "x" });
+    });
+
+    it("reports no writes for failed runs", async () => {
+      const result = await run("store('a', 1); throw new Error('no');");
+      expect(result.ok).toBe(false);
+      expect("storeWrites" in result).toBe(false);
+    });
+
+    it("throws a RangeError inside the script for values past the limits", async () => {
+      const result = await run(`
+        const out = [];
+        try { store("big", "x".repeat(${MAX_STORE_VALUE_CHARS})); } catch (e) { out.push(e.name); }
+        const part = "y".repeat(${MAX_STORE_VALUE_CHARS} - 10);
+        for (let i = 0; i < 5; i++) { try { store("k" + i, part); out.push("ok"); } catch (e) { out.push(e.name); } }
+        store("k0", undefined);
+        store("again", part);
+        return out;`);
+      expect(result.ok && result.value).toEqual(["RangeError", "ok", "ok", "ok", "ok", "RangeError"]);
+      expect(MAX_STORE_TOTAL_CHARS).toBe(4 * MAX_STORE_VALUE_CHARS);
+      expect(result.ok && Object.keys(result.storeWrites.set).sort()).toEqual(["again", "k1", "k2", "k3"]);
+    });
+
+    it("refuses store values that are not JSON", async () => {
+      await expect(run("return 1", { store: { bad: 1n } })).rejects.toThrow(/store\["bad"\]/);
+      const result = await run("try { store('f', () => 1); } catch (e) { return e.name; }");
+      expect(result.ok && result.value).toBe("TypeError");
+    });
+  });
+
+  describe("nothing else", () => {
+    it("has no timers, I/O, modules or WebAssembly", async () => {
+      const result = await run(`return [typeof setTimeout, typeof setInterval, typeof fetch, typeof process,
+        typeof require, typeof module, typeof WebAssembly, typeof Buffer, typeof std, typeof os];`);
+      expect(result.ok && result.value).toEqual(Array(10).fill("undefined"));
+    });
+
+    it("keeps eval and Function inside the VM", async () => {
+      const result = await run(`return [eval("1 + 1"), Function("return typeof process")(),
+        Function("return this")() === globalThis, typeof Function("return this")().tools];`);
+      expect(result.ok && result.value).toEqual([2, "undefined", true, "object"]);
+    });
+
+    it("fails at once when the script waits on a promise nothing can settle", async () => {
+      const result = await run("await new Promise(() => {});", { timeoutMs: 60_000 });
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.error.kind).toBe("script");
+      expect(!result.ok && result.error.message).toMatch(/can never settle/);
+    });
+  });
+
+  describe("errors", () => {
+    it("points stacks at exact lines of codemode.js", async () => {
+      const result = await run("const a = 1;\nfunction f() {\n  throw new TypeError('bad');\n}\nf();");
+      expect(result.ok).toBe(false);
+      if (result.ok) return;
+      expect(result.error).toMatchObject({ kind: "script", name: "TypeError", message: "bad" });
+      expect(result.error.stack).toMatch(/^TypeError: bad\n/);
+      expect(result.error.stack).toContain("at f (codemode.js:3:");
+      expect(result.error.stack).toContain("codemode.js:5:");
+      expect(result.error.stack).not.toContain("airlock:prelude");
+    });
+
+    it("reports syntax errors as script errors with the line", async () => {
+      const result = await run("const ok = 1;\nlet = ;");
+      expect(!result.ok && result.error).toMatchObject({ kind: "script", name: "SyntaxError" });
+      expect(!result.ok && result.error.stack).toContain("codemode.js:2");
+    });
+
+    it("reports thrown non-errors by their text", async () => {
+      const result = await run("throw 'plain string';");
+      expect(!result.ok && result.error).toEqual({ kind: "script", message: "plain string" });
+    });
+
+    it("times out with kind timeout; Infinity disables the deadline", async () => {
+      const slow = await run("await tools.wait({ ms: 2000 });", { timeoutMs: 100 });
+      expect(!slow.ok && slow.error).toEqual({ kind: "timeout", message: "The execution timed out after 100 ms" });
+      expect(slow.calls).toEqual([{ name: "wait", status: "cancelled", durationMs: expect.any(Number) }]);
+      const unlimited = await run("return await tools.wait({ ms: 20 });", { timeoutMs: Number.POSITIVE_INFINITY });
+      expect(unlimited.ok && unlimited.value).toBe("waited");
+    });
+
+    it("is aborted by the signal, with open calls cancelled", async () => {
+      signals.length = 0;
+      const controller = new AbortController();
+      const pending = run("await tools.wait({ ms: 5000 });", { signal: controller.signal });
+      setTimeout(() => controller.abort(), 50);
+      const result = await pending;
+      expect(!result.ok && result.error.kind).toBe("aborted");
+      expect(result.calls[0]?.status).toBe("cancelled");
+      expect(signals[0]?.aborted).toBe(true);
+      const before = new AbortController();
+      before.abort();
+      const early = await run("return 1", { signal: before.signal });
+      expect(!early.ok && early.error.kind).toBe("aborted");
+    });
+
+    it("fails allocations past memoryLimitBytes inside the script", async () => {
+      const result = await run("const a = []; while (true) a.push('x'.repeat(1024) + a.length);");
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.error).toMatchObject({
+        kind: "script",
+        name: "InternalError",
+        message: "out of memory",
+      });
+      const next = await run("return 'still works'");
+      expect(next.ok && next.value).toBe("still works");
+    });
+
+    it("rejects bad arguments with clear errors", async () => {
+      await expect(sandbox.execute(42 as unknown as string)).rejects.toThrow(/code must be a string/);
+      await expect(run("1", { timeoutMs: -1 })).rejects.toThrow(/timeoutMs must be a positive number/);
+      expect(() => make({ timeoutMs: 0 })).toThrow(/timeoutMs/);
+      expect(() => make({ memoryLimitBytes: 10 })).toThrow(/memoryLimitBytes/);
+      expect(() => make({ tools: [{ name: "", execute: () => 1 }] })).toThrow(/non-empty name/);
+      expect(() => make({ tools: [{ name: "x" } as unknown as CodemodeTool] })).toThrow(/no execute function/);
+    });
+  });
+
+  it("runs many executions at once, each waiting on tools", async () => {
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => run(`const v = await tools.wait({ ms: 30 }); return [${i}, v];`)),
+    );
+    expect(results.map((r) => r.ok && r.value)).toEqual(Array.from({ length: 40 }, (_, i) => [i, "waited"]));
+  });
+});
+
+describe.each(launchers)("$name sandbox close()", ({ name, make }) => {
+  it("fails open executions with aborted and refuses new ones", async () => {
+    const sandbox = make({ tools, timeoutMs: 10_000 });
+    // A computing script holds the calling thread inline, so only the worker pool can be closed under one.
+    const busy = sandbox.execute(name === "worker" ? "while (true) {}" : "await tools.wait({ ms: 5000 });");
+    const waiting = sandbox.execute("await tools.wait({ ms: 5000 });");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await sandbox.close();
+    const [a, b] = await Promise.all([busy, waiting]);
+    expect(!a.ok && a.error.kind).toBe("aborted");
+    expect(!b.ok && b.error.kind).toBe("aborted");
+    const after = await sandbox.execute("return 1");
+    expect(!after.ok && after.error).toEqual({ kind: "aborted", message: "The sandbox is closed" });
+  });
+});
