@@ -38,6 +38,7 @@ class PoolWorker {
   private readonly freeSlots: number[] = [];
   readonly ready: Promise<void>;
   dead = false;
+  booted = false;
 
   constructor(
     private readonly pool: WorkerPool,
@@ -65,6 +66,7 @@ class PoolWorker {
         const m = message as { type?: string; protocol?: number; message?: string };
         if (m?.type === "ready" && m.protocol === PROTOCOL_VERSION) {
           this.worker.on("message", (event) => this.onMessage(event));
+          this.booted = true;
           resolve();
         } else {
           reject(
@@ -199,15 +201,21 @@ export class WorkerPool implements Launcher {
     };
   }
 
-  /** The live worker with the fewest runs. */
+  /** The live worker with the fewest runs; a worker that failed to boot is restarted here, on demand. */
   private pick(): PoolWorker {
     let best = this.workers[0] as PoolWorker;
     for (const w of this.workers) if (!w.dead && (best.dead || w.runs.size < best.runs.size)) best = w;
+    if (best.dead) {
+      const index = this.workers.indexOf(best);
+      best = new PoolWorker(this, this.options);
+      this.workers[index] = best;
+    }
     return best;
   }
 
+  /** Replaces a worker that died after booting, off the request path. One that never booted is not respawned in a loop. */
   replace(dead: PoolWorker): void {
-    if (this.closed) return;
+    if (this.closed || !dead.booted) return;
     const index = this.workers.indexOf(dead);
     if (index >= 0) this.workers[index] = new PoolWorker(this, this.options);
   }

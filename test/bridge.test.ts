@@ -1,0 +1,51 @@
+/** SECURITY.md 24: malformed traffic from a worker fails its executions with `sandbox` errors and nothing hangs. */
+import { CodemodeSandbox } from "airlock";
+import { afterEach, describe, expect, it } from "vitest";
+
+const badWorker = new URL("./fixtures/bad-worker.mjs", import.meta.url);
+let sandbox: CodemodeSandbox | undefined;
+afterEach(async () => {
+  await sandbox?.close();
+});
+
+describe("the worker channel", () => {
+  it.each([
+    ["wrong types", "wrong-types", /broke the protocol: call has fields of the wrong type/],
+    ["an unknown message kind", "unknown-kind", /broke the protocol: a VM message has an unknown type/],
+    ["an unknown field", "unknown-field", /broke the protocol: done has an unknown field "extra"/],
+    ["a message for an execution it was never given", "unknown-exec", /unknown execution/],
+    ["a result that is not JSON", "not-json-result", /not JSON/],
+  ])("fails the execution with a sandbox error on %s, and replaces the worker", async (_, code, message) => {
+    sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: badWorker, timeoutMs: 5_000 });
+    await sandbox.warm();
+    const result = await sandbox.execute(code);
+    expect(result.ok).toBe(false);
+    expect(!result.ok && result.error.kind).toBe("sandbox");
+    expect(!result.ok && result.error.message).toMatch(message);
+    // The pool keeps working: the replaced worker answers the next execution.
+    const next = await sandbox.execute("fine");
+    expect(next.ok && next.value).toBe(1);
+    expect(sandbox.threadCount).toBe(1);
+  });
+
+  it("drops a flood on stderr without failing or buffering it", async () => {
+    sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: badWorker, timeoutMs: 5_000 });
+    const result = await sandbox.execute("stderr-flood");
+    expect(result.ok && result.value).toBe(1);
+  });
+
+  it("kills a worker that does not stop a run in time", async () => {
+    sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: badWorker, timeoutMs: 100 });
+    const result = await sandbox.execute("silent");
+    expect(!result.ok && result.error.kind).toBe("timeout");
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const next = await sandbox.execute("fine");
+    expect(next.ok && next.value).toBe(1);
+  });
+
+  it("reports a missing worker file as a sandbox error", async () => {
+    sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: new URL("./fixtures/missing.mjs", import.meta.url) });
+    const result = await sandbox.execute("return 1");
+    expect(!result.ok && result.error.kind).toBe("sandbox");
+  });
+});

@@ -1,0 +1,143 @@
+/** Deterministic runs: the same script, inputs and delivered results give the same calls, output and value. */
+import type { CodemodeHostCall, CodemodeResult, CodemodeSandboxBase } from "airlock";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchers } from "./helpers/sandboxes.ts";
+
+const script = `
+  const first = await tools.lookup({ q: "a", at: Date.now(), r: Math.random() });
+  text("first " + JSON.stringify(first));
+  const [x, y] = await Promise.all([tools.lookup({ q: "x" }), classify(Math.random())]);
+  console.log(performance.now(), new Date().toISOString(), typeof WeakRef, typeof FinalizationRegistry);
+  store("seen", [first, x, y]);
+  return { x, y, now: Date.now(), r: Math.random(), tz: new Date(0).getTimezoneOffset() };`;
+
+interface Recording {
+  calls: CodemodeHostCall[];
+  answers: { seq: number; now: number; id: number; value: unknown }[];
+  idle: [number, number][];
+  fingerprint: string;
+  result: CodemodeResult;
+}
+
+describe.each(launchers)("$name deterministic runs", ({ make }) => {
+  let sandbox: CodemodeSandboxBase;
+  beforeAll(() => {
+    sandbox = make({ timeoutMs: 10_000 });
+  });
+  afterAll(async () => {
+    await sandbox.close();
+  });
+
+  const options = {
+    startedAt: Date.UTC(2026, 0, 1),
+    seed: 7,
+    tools: [{ name: "lookup", description: "Look something up" }],
+    globals: [{ name: "classify" }],
+    store: { before: 1 },
+  };
+
+  /** Runs the script, answering each call on a later turn with `answer(call)`, delivered in `order`. */
+  async function record(order: "in-order" | "reversed"): Promise<Recording> {
+    const calls: CodemodeHostCall[] = [];
+    const answers: Recording["answers"] = [];
+    const idle: [number, number][] = [];
+    let fingerprint = "";
+    let seq = 0;
+    let batch: { seq: number; now: number; id: number; value: unknown }[] = [];
+    const flush = () => {
+      const pending = order === "reversed" ? [...batch].reverse() : batch;
+      batch = [];
+      for (const a of pending) run.deliver(a.seq, a.now, a.id, { ok: true, value: a.value });
+    };
+    const run = sandbox.start(script, {
+      ...options,
+      onStarted: (f) => {
+        fingerprint = f;
+      },
+      onCall: (call) => {
+        calls.push(call);
+        seq++;
+        const answer = { seq, now: options.startedAt + seq * 1000, id: call.id, value: `answer ${call.id}` };
+        answers.push(answer);
+        batch.push(answer);
+        setTimeout(flush, 5);
+      },
+      onIdle: (s, issued) => idle.push([s, issued]),
+    });
+    const result = await run.result;
+    expect(run.finished).toBe(true);
+    return { calls, answers, idle, fingerprint, result };
+  }
+
+  it("gives the same calls, output and value when replayed, whatever order results arrive in", async () => {
+    const original = await record("in-order");
+    expect(original.result.ok).toBe(true);
+    if (!original.result.ok) return;
+    expect(original.calls.map((c) => [c.id, c.target, c.name])).toEqual([
+      [1, "tool", "lookup"],
+      [2, "tool", "lookup"],
+      [3, "global", "classify"],
+    ]);
+    expect(original.calls[0]?.args).toMatchObject({ q: "a", at: options.startedAt });
+    const value = original.result.value as { now: number; tz: number };
+    expect(value.now).toBe(options.startedAt + 3000);
+    expect(value.tz).toBe(0);
+    expect(original.result.output[1]?.type === "text" && original.result.output[1].text).toMatch(
+      /^3000 2026-01-01T00:00:03.000Z undefined undefined$/,
+    );
+    expect(original.result.storeWrites.set.seen).toEqual(["answer 1", "answer 2", "answer 3"]);
+    expect(JSON.parse(original.fingerprint)).toMatchObject({ engine: "quickjs-wasi@3.7.0" });
+    expect(original.idle[0]).toEqual([0, 1]);
+
+    const replay = await record("reversed");
+    expect(replay.calls).toEqual(original.calls);
+    // Durations are wall-clock measurements of the host, not part of what the script did.
+    const withoutDurations = (r: CodemodeResult) => ({ ...r, calls: r.calls.map((c) => ({ ...c, durationMs: 0 })) });
+    expect(withoutDurations(replay.result)).toEqual(withoutDurations(original.result));
+    expect(replay.result.calls.map((c) => c.status)).toEqual(["ok", "ok"]);
+    expect(replay.fingerprint).toBe(original.fingerprint);
+  });
+
+  it("draws different random numbers from a different seed", async () => {
+    const a = await sandbox.start("return Math.random();", { ...options, onCall: () => {} }).result;
+    const b = await sandbox.start("return Math.random();", { ...options, seed: 8, onCall: () => {} }).result;
+    const c = await sandbox.start("return Math.random();", { ...options, onCall: () => {} }).result;
+    expect(a.ok && c.ok && a.value).toBe(c.ok && c.value);
+    expect(a.ok && b.ok && a.value).not.toBe(b.ok && b.value);
+  });
+
+  it("refuses bad deliveries and ends with the signal", async () => {
+    const controller = new AbortController();
+    let callId = 0;
+    const run = sandbox.start("await tools.lookup(1); await tools.lookup(2);", {
+      ...options,
+      signal: controller.signal,
+      onCall: (call) => {
+        callId = call.id;
+      },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(() => run.deliver(1, Number.NaN, callId, { ok: true, value: 1 })).toThrow(/finite/);
+    expect(() => run.deliver(1, 0, 99, { ok: true, value: 1 })).toThrow(/not waiting/);
+    run.deliver(1, 0, callId, { ok: true, value: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(() => run.deliver(1, 0, callId + 1, { ok: true, value: 1 })).toThrow(/already delivered/);
+    controller.abort();
+    const result = await run.result;
+    expect(!result.ok && result.error.kind).toBe("aborted");
+    expect(run.finished).toBe(true);
+    expect(() => run.deliver(2, 0, callId + 1, { ok: true, value: 1 })).toThrow(/finished/);
+    expect(() => sandbox.start("1", { ...options, seed: -1, onCall: () => {} })).toThrow(/seed/);
+  });
+
+  it("rejects a delivered error inside the script with its properties", async () => {
+    const run = sandbox.start("try { await tools.lookup(1); } catch (e) { return [e.message, e.code]; }", {
+      ...options,
+      onCall: (call) =>
+        queueMicrotask(() => run.deliver(1, 0, call.id, { ok: false, message: "nope", properties: { code: 42 } })),
+    });
+    const result = await run.result;
+    expect(result.ok && result.value).toEqual(["nope", 42]);
+    expect(result.during).toEqual({ seq: 1, issued: 1 });
+  });
+});
