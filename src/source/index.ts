@@ -1,0 +1,15 @@
+/**
+ * `airlock/source`: reading a script before it runs. `parseCodemodeSource` splits off the options a script sets on
+ * its first line, `CODEMODE_SOURCE_GRAMMAR` describes the same scripts for grammar-constrained tool input, and
+ * `stripTypeScript` turns TypeScript into JavaScript by erasing its types in place.
+ */
+export { CodemodeSourceError, type CodemodeSourcePosition, type CodemodeSourceRule } from "./errors.ts";
+export { CODEMODE_SOURCE_GRAMMAR } from "./grammar.ts";
+export {
+  CODEMODE_OPTIONS_LIMITS,
+  CODEMODE_OPTIONS_PREFIX,
+  type CodemodeSourceOptions,
+  type ParsedCodemodeSource,
+  parseCodemodeSource,
+} from "./options.ts";
+export { stripTypeScript } from "./typescript.ts";
