@@ -1,0 +1,27 @@
+export { describeTool } from "./describe.ts";
+export {
+  DEFAULT_INDEX_HINT,
+  DEFAULT_INPUT_SCHEMA_MAX_CHARS,
+  DEFAULT_OUTPUT_SCHEMA_MAX_CHARS,
+  INDEX_THRESHOLD_TOOLS,
+  MAX_REF_DEPTH,
+  MAX_REF_EXPANSIONS,
+  MAX_SCHEMA_NESTING,
+  MAX_SCHEMA_NODES,
+  SUMMARY_MAX_CHARS,
+} from "./limits.ts";
+export { resolveSchemaRef } from "./ref.ts";
+export { renderDeclarations, renderToolOutputType, renderToolSignature, type ToolSignatureOptions } from "./render.ts";
+export { schemaToType } from "./schema-to-type.ts";
+export { searchTools, tokenize } from "./search.ts";
+export { renderToolIndex } from "./tool-index.ts";
+export type {
+  JsonSchemaObject,
+  RenderDeclarationsOptions,
+  SchemaToTypeOptions,
+  SearchToolsOptions,
+  ToolIndexOptions,
+  ToolLike,
+  ToolSearchResult,
+} from "./types.ts";
+export { isZodSchema } from "./zod.ts";
