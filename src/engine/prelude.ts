@@ -337,8 +337,13 @@ export const PRELUDE_SOURCE = `(function () {
   for (let i = 0; i < builtinNames.length; i++) {
     const value = builtins[builtinNames[i]];
     if (typeof value === "function") freeze(value);
-    fixed(builtinNames[i], value);
   }
+  // A program (as opposed to a script) sees standard JavaScript and its tools argument, nothing else.
+  function callTool(toolId, input) {
+    if (typeof toolId !== "string") throw new TypeErrorCtor("tools.call(toolId, input): toolId must be a string");
+    return call(0, toolId, input);
+  }
+  const programTools = freeze({ call: freeze(callTool) });
 
   // ---- entry points for the host ----
   function closest(name, candidates) {
@@ -368,6 +373,9 @@ export const PRELUDE_SOURCE = `(function () {
 
   function configure(configJson) {
     const config = parse(configJson);
+    if (!config.program) {
+      for (let i = 0; i < builtinNames.length; i++) fixed(builtinNames[i], builtins[builtinNames[i]]);
+    }
     if (config.seed !== undefined) {
       s0 = config.seed[0] | 0; s1 = config.seed[1] | 0; s2 = config.seed[2] | 0; s3 = config.seed[3] | 0;
       if ((s0 | s1 | s2 | s3) === 0) s0 = 1;
@@ -432,14 +440,14 @@ export const PRELUDE_SOURCE = `(function () {
     for (let i = 0; i < nsNames.length; i++) fixed(nsNames[i], freeze(namespaces[nsNames[i]]));
   }
 
-  function start(fn) {
+  function start(fn, programInput) {
     if (typeof fn !== "function") {
       finish(false, stringify({ name: "SyntaxError", message: "the script did not compile to a function" }));
       return;
     }
     let promise;
     try {
-      promise = fn();
+      promise = programInput === undefined ? fn() : fn(parse(programInput), programTools);
     } catch (error) {
       if (error !== EXIT) finish(false, stringify(describeError(error)));
       return;

@@ -23,6 +23,12 @@ export interface RunRequest {
   /** Time the guest may compute, tool waits excluded, or null for none. */
   cpuLimitMs: number | null;
   deterministic: { startedAt: number; seed: number } | null;
+  /**
+   * Set for a program: `code` is a function expression `async (input, tools) => ...`, called with the parsed input
+   * and a `tools` object whose `call(toolId, input)` resolves to whatever the host answers. A program sees no other
+   * globals of the script environment.
+   */
+  program: { input: string } | null;
 }
 
 /** A call's outcome handed back to the VM. `value` is JSON text (undefined for `undefined`). */
@@ -54,6 +60,9 @@ export type HostCommand =
   | { type: "stop"; exec: number; reason: StopReason };
 
 export type StopReason = "timeout" | "aborted";
+
+/** `error.name` of a run stopped because it computed past its CPU limit. */
+export const CPU_LIMIT_ERROR = "CpuLimitExceeded";
 
 /** Message of a run the VM side stopped at its deadline; the host replaces it with one that names the limit. */
 export const DEADLINE_MESSAGE = "The execution timed out";

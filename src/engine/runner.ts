@@ -10,6 +10,7 @@ import { JOBS_PER_INTERRUPT_CHECK, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE
 import { Op, SCRIPT_FILENAME } from "./prelude.ts";
 import {
   type CallOutcome,
+  CPU_LIMIT_ERROR,
   DEADLINE_MESSAGE,
   type During,
   type HostCommand,
@@ -233,6 +234,7 @@ export class VmRunner {
         store: request.store,
         seed: request.deterministic ? seedWords(request.deterministic.seed) : randomWords(),
         deterministic: request.deterministic !== null,
+        program: request.program !== null,
       });
       const configHandle = qjs.newString(config);
       qjs.callFunction(entries.configure, qjs.undefined, configHandle).dispose();
@@ -240,7 +242,12 @@ export class VmRunner {
       let fn: JSValueHandle;
       try {
         // The wrapper shares line 1 with the script, so line numbers in stacks are exact.
-        fn = qjs.evalCode(`(async function () {${request.code}\n})`, SCRIPT_FILENAME);
+        fn = qjs.evalCode(
+          request.program
+            ? `(async function (input, tools) { return await (${request.code}\n)(input, tools); })`
+            : `(async function () {${request.code}\n})`,
+          SCRIPT_FILENAME,
+        );
       } catch (error) {
         if (error instanceof JSException && !vm.isUncatchable(error)) {
           run.result = { ok: false, payload: JSON.stringify(describeCompileError(error)), writes: undefined };
@@ -249,7 +256,9 @@ export class VmRunner {
         }
         throw error;
       }
-      qjs.callFunction(entries.start, qjs.undefined, fn).dispose();
+      const input = request.program ? qjs.newString(request.program.input) : qjs.undefined;
+      qjs.callFunction(entries.start, qjs.undefined, fn, input).dispose();
+      input.dispose();
       fn.dispose();
     });
   }
@@ -474,7 +483,7 @@ export class VmRunner {
       return failure(
         "timeout",
         `The script computed for more than its CPU limit of ${run.request.cpuLimitMs} ms`,
-        undefined,
+        CPU_LIMIT_ERROR,
         run,
       );
     }

@@ -23,7 +23,7 @@ const MAX_ERROR_STACK_CHARS = 32 * 1024;
 
 /** How a call is answered: by running the host's tool (execute) or by the caller of a deterministic run. */
 export type CallHandler =
-  | { kind: "tools"; tools: ReadonlyMap<string, CodemodeTool>; globals: ReadonlyMap<string, CodemodeTool> }
+  | { kind: "tools"; resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined }
   | {
       kind: "deterministic";
       onStarted?: (fingerprint: string) => void;
@@ -156,12 +156,12 @@ export class Execution {
       handler.onCall({ id, target, name, args });
       return;
     }
-    const tool = (target === "tool" ? handler.tools : handler.globals).get(name);
+    const tool = handler.resolve(target, name);
     const controller = new AbortController();
     this.open.set(id, { record, startedAt: performance.now(), controller, name });
     if (!tool) {
-      // The prelude only knows the tools it was configured with; this is a tool unregistered meanwhile.
-      queueMicrotask(() => this.answer(id, { ok: false, message: `${name} is no longer available` }));
+      // The VM only calls names it was configured with; a resolver may still refuse one.
+      queueMicrotask(() => this.answer(id, { ok: false, message: `${name} is not available` }));
       return;
     }
     // The tool starts at once; its answer always reaches the VM later, from a promise job, never inside the guest's

@@ -142,9 +142,15 @@ export abstract class CodemodeSandboxBase {
       description: t.description ?? "",
     }));
     request.globals = [...this.globalMap.values()].map((g) => ({ name: g.name, spread: g.spread === true }));
+    // The execution keeps the tools it started with; registering or removing tools affects later executions only.
+    const toolSnapshot = new Map(this.toolMap);
+    const globalSnapshot = new Map(this.globalMap);
     const execution = new Execution(this.launcher, {
       request,
-      handler: { kind: "tools", tools: new Map(this.toolMap), globals: new Map(this.globalMap) },
+      handler: {
+        kind: "tools",
+        resolve: (target, name) => (target === "tool" ? toolSnapshot : globalSnapshot).get(name),
+      },
       signal: options.signal,
       timeoutMs,
       onEnd: (e) => this.executions.delete(e),
@@ -244,6 +250,7 @@ export abstract class CodemodeSandboxBase {
       deadline: Number.isFinite(timeoutMs) ? Date.now() + timeoutMs : null,
       cpuLimitMs: null,
       deterministic,
+      program: null,
     };
   }
 }
