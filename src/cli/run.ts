@@ -1,0 +1,154 @@
+/** `airlock run <file|->`: runs one script in a sandbox and prints what it produced. */
+import { readFile } from "node:fs/promises";
+import { resolve } from "node:path";
+import {
+  type CodemodeResult,
+  CodemodeSandbox,
+  type CodemodeSandboxBase,
+  type CodemodeSandboxBaseOptions,
+  DEFAULT_MEMORY_LIMIT_BYTES,
+  DEFAULT_TIMEOUT_MS,
+  InlineCodemodeSandbox,
+} from "../index.ts";
+import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, UsageError } from "./args.ts";
+import type { CliIo, Command } from "./commands.ts";
+import { formatError, formatOutput, formatValue } from "./print.ts";
+import { applyStoreWrites, readStore, type StoreObject, writeStore } from "./store.ts";
+import { loadTools } from "./tools.ts";
+
+/** The largest deadline a Node.js timer can hold. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+/** The sandbox's heap cap goes up to 4 GiB. */
+const MAX_MEMORY_MIB = 4096;
+const ISOLATIONS = ["worker", "inline"] as const;
+
+const USAGE = `Usage: airlock run <file|-> [options]
+
+Runs a script in the sandbox. The script is the body of an async function: it can await tools.<name>(args),
+print with text(), console.log() and image(), keep state with store(key, value) and load(key), and return a value.
+Pass - as the file to read the script from stdin.
+
+Options:
+  --tools <module>     JS module whose default export is an array of tools:
+                       { name, description?, inputSchema?, outputSchema?, execute(args, { signal }) }
+  --timeout <ms>       Deadline of the run in milliseconds, tool calls included (default ${DEFAULT_TIMEOUT_MS})
+  --memory <MiB>       Heap cap of the script's VM in MiB (default ${DEFAULT_MEMORY_LIMIT_BYTES / 1024 / 1024})
+  --isolation <mode>   worker: run the VM on a worker thread (default)
+                       inline: run it on the CLI's own thread, where Ctrl-C is noticed only when
+                       the script awaits (a busy loop runs until --timeout)
+  --store <file.json>  JSON object that load() reads; after a successful run the script's store() writes
+                       are saved back to it (a missing file starts empty)
+  --json               Print the whole result object as JSON instead
+  -h, --help           Show this help
+
+Without --json, the output is printed in order (text and console lines, images as
+"[image <type>, <n> bytes]"), then the returned value: strings as is, other values as JSON.
+A failed run prints the error kind, message and stack to stderr.
+
+Exit status: 0 the run succeeded, 1 it failed (script error, timeout, out of memory, Ctrl-C), 2 bad usage.
+`;
+
+const flags = {
+  tools: { type: "string" },
+  timeout: { type: "string" },
+  memory: { type: "string" },
+  isolation: { type: "string" },
+  store: { type: "string" },
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+export const runCommand: Command = {
+  name: "run",
+  synopsis: "run <file|->",
+  summary: "Run a script (a file, or - for stdin) in the sandbox",
+  usage: USAGE,
+  run,
+};
+
+async function run(argv: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags(argv, flags);
+  if (values.help) {
+    io.stdout(USAGE);
+    return EXIT_OK;
+  }
+  const script = positionals[0];
+  if (script === undefined) throw new UsageError("missing script: pass a file, or - to read the script from stdin");
+  if (positionals.length > 1) {
+    throw new UsageError(`expected one script, got ${positionals.length}: ${positionals.join(" ")}`);
+  }
+  const options: CodemodeSandboxBaseOptions = {};
+  if (values.timeout !== undefined) {
+    options.timeoutMs = positiveInteger("--timeout", values.timeout, MAX_TIMEOUT_MS, "milliseconds");
+  }
+  if (values.memory !== undefined) {
+    options.memoryLimitBytes = positiveInteger("--memory", values.memory, MAX_MEMORY_MIB, "MiB") * 1024 * 1024;
+  }
+  const isolation = values.isolation === undefined ? "worker" : oneOf("--isolation", values.isolation, ISOLATIONS);
+
+  const code = await readScript(script, io);
+  const storePath = values.store === undefined ? undefined : resolve(io.cwd, values.store);
+  const store = storePath === undefined ? undefined : await readStore(storePath, values.store as string);
+  if (values.tools !== undefined) options.tools = await loadTools(values.tools, io.cwd);
+
+  let sandbox: CodemodeSandboxBase;
+  try {
+    sandbox =
+      isolation === "inline" ? new InlineCodemodeSandbox(options) : new CodemodeSandbox({ ...options, poolSize: 1 });
+  } catch (error) {
+    // The flags were checked above, so what is left to reject is the tool list (a duplicate name, say).
+    if (values.tools === undefined) throw error;
+    throw new UsageError(`--tools ${values.tools}: ${(error as Error).message}`);
+  }
+  const result = await execute(sandbox, code, store && { label: values.store as string, value: store }, io);
+
+  if (values.json) io.stdout(`${JSON.stringify(result, null, 2)}\n`);
+  else {
+    io.stdout(formatOutput(result.output));
+    if (result.ok) io.stdout(formatValue(result.value));
+    else io.stderr(formatError(result.error));
+  }
+  if (!result.ok) return EXIT_FAILED;
+  if (storePath !== undefined && store !== undefined) {
+    try {
+      await writeStore(storePath, applyStoreWrites(store, result.storeWrites));
+    } catch (error) {
+      io.stderr(
+        `airlock: the run succeeded, but --store ${values.store} could not be written: ${(error as Error).message}\n`,
+      );
+      return EXIT_FAILED;
+    }
+  }
+  return EXIT_OK;
+}
+
+async function readScript(file: string, io: CliIo): Promise<string> {
+  if (file === "-") return io.readStdin();
+  try {
+    return await readFile(resolve(io.cwd, file), "utf8");
+  } catch (error) {
+    const { code, message } = error as NodeJS.ErrnoException;
+    if (code === "ENOENT") throw new UsageError(`script file not found: ${file}`);
+    throw new UsageError(`cannot read script file ${file}: ${message}`);
+  }
+}
+
+/** Runs the script with Ctrl-C wired to abort it, and always closes the sandbox afterwards. */
+async function execute(
+  sandbox: CodemodeSandboxBase,
+  code: string,
+  store: { label: string; value: StoreObject } | undefined,
+  io: CliIo,
+): Promise<CodemodeResult> {
+  const controller = new AbortController();
+  const stopListening = io.onInterrupt(() => controller.abort());
+  try {
+    return await sandbox.execute(code, { signal: controller.signal, store: store?.value });
+  } catch (error) {
+    // execute() rejects only for arguments it cannot take; the code is a string, so it is the store.
+    throw new UsageError(`--store ${store?.label}: ${(error as Error).message}`);
+  } finally {
+    stopListening();
+    await sandbox.close();
+  }
+}

@@ -1,0 +1,480 @@
+/** The `airlock` CLI, run as a child process from its build (dist/cli/main.js). */
+import type { ChildProcess } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { assertCliBuilt, REPO_ROOT, runCli, tempDir } from "./helpers/cli.ts";
+
+const pkg = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as { version: string };
+
+/** A 1x1 PNG: 70 bytes. */
+const PNG_1x1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/** Tools for the tests. The interval is never cleared: the CLI has to exit on its own anyway. */
+const TOOLS = `
+let ticks = 0;
+setInterval(() => ticks++, 10);
+export default [
+  { name: "echo", description: "Echo the argument", execute: (args) => args },
+  { name: "fail", execute: () => { throw new Error("the tool failed on purpose"); } },
+  { name: "ready", execute: () => { process.stderr.write("READY\\n"); return true; } },
+  { name: "ticks", execute: () => ticks },
+  {
+    name: "wait_for_abort",
+    execute: (_args, { signal }) =>
+      new Promise((resolve) => signal.addEventListener("abort", () => { process.stderr.write("CANCELLED\\n"); resolve(); })),
+  },
+];
+`;
+
+let dir = "";
+let cleanup = () => {};
+
+beforeAll(() => {
+  assertCliBuilt();
+  ({ dir, cleanup } = tempDir({
+    "tools.mjs": TOOLS,
+    "loop.js": "while (true) {}",
+    "throws.js": 'text("before the throw");\nthrow new TypeError("bad input");',
+    "echo.js": "return await tools.echo({ said: 'hi' });",
+    "big-string.js": 'const s = "x".repeat(32 * 1024 * 1024);\nreturn s.length;',
+    "bomb.js": 'const parts = [];\nwhile (true) parts.push("x".repeat(1024) + parts.length);',
+    "not-array.mjs": 'export default { name: "echo", execute: (args) => args };',
+    "no-default.mjs": "export const tools = [];",
+    "no-name.mjs": 'export default [{ name: "fine", execute() {} }, { execute() {} }];',
+    "no-execute.mjs": 'export default [{ name: "lonely", description: "has nothing to run" }];',
+    "duplicate.mjs": 'export default [{ name: "twin", execute() {} }, { name: "twin", execute() {} }];',
+    "broken.mjs": 'throw new Error("boom while loading");',
+  }));
+});
+
+afterAll(() => cleanup());
+
+describe("help and version", () => {
+  it("prints the usage for --help, -h and help, and exits 0", async () => {
+    const results = await Promise.all([runCli(["--help"]), runCli(["-h"]), runCli(["help"])]);
+    for (const result of results) {
+      expect(result.code).toBe(0);
+      expect(result.stderr).toBe("");
+      expect(result.stdout).toBe(results[0]?.stdout);
+    }
+    const usage = results[0]?.stdout ?? "";
+    expect(usage.startsWith("Usage: airlock <command> [options]\n")).toBe(true);
+    expect(usage).toMatch(/^ {2}run <file\|-> +Run a script/m);
+    expect(usage).toMatch(/^ {2}help \[command\] +Show the help of a command$/m);
+    expect(usage).toMatch(/^ {2}-v, --version +Print the version$/m);
+  });
+
+  it("prints the run command's usage for help run and run --help", async () => {
+    const [viaHelp, viaFlag] = await Promise.all([runCli(["help", "run"]), runCli(["run", "--help"])]);
+    expect(viaHelp.code).toBe(0);
+    expect(viaFlag.code).toBe(0);
+    expect(viaFlag.stdout).toBe(viaHelp.stdout);
+    expect(viaHelp.stdout.startsWith("Usage: airlock run <file|-> [options]\n")).toBe(true);
+    for (const flag of [
+      "--tools <module>",
+      "--timeout <ms>",
+      "--memory <MiB>",
+      "--isolation <mode>",
+      "--store <file.json>",
+      "--json",
+    ]) {
+      expect(viaHelp.stdout).toContain(`  ${flag} `);
+    }
+  });
+
+  it("prints the package version for --version and -v", async () => {
+    for (const flag of ["--version", "-v"]) {
+      const result = await runCli([flag]);
+      expect(result.code).toBe(0);
+      expect(result.stdout).toBe(`${pkg.version}\n`);
+    }
+  });
+});
+
+describe("usage errors exit 2 and name what is wrong", () => {
+  const cases: { name: string; args: string[]; message: string | RegExp }[] = [
+    { name: "unknown command", args: ["frob"], message: 'airlock: unknown command "frob"\n' },
+    { name: "help for an unknown command", args: ["help", "frob"], message: 'unknown command "frob"' },
+    { name: "unknown global flag", args: ["--frob"], message: "airlock: unknown flag --frob\n" },
+    { name: "unknown run flag", args: ["run", "loop.js", "--frob"], message: "airlock run: unknown flag --frob\n" },
+    { name: "missing value", args: ["run", "loop.js", "--timeout"], message: "airlock run: --timeout needs a value\n" },
+    {
+      name: "a flag where a value should be",
+      args: ["run", "loop.js", "--tools", "--json"],
+      message: "airlock run: --tools needs a value\n",
+    },
+    {
+      name: "a value for a boolean flag",
+      args: ["run", "loop.js", "--json=yes"],
+      message: "airlock run: --json does not take a value\n",
+    },
+    { name: "non-numeric timeout", args: ["run", "loop.js", "--timeout", "soon"], message: /--timeout .*got "soon"/ },
+    {
+      name: "zero timeout",
+      args: ["run", "loop.js", "--timeout", "0"],
+      message: /--timeout must be a positive integer/,
+    },
+    { name: "fractional timeout", args: ["run", "loop.js", "--timeout=1.5"], message: /--timeout .*got "1.5"/ },
+    { name: "negative timeout", args: ["run", "loop.js", "--timeout", "-5"], message: "write --timeout=-5" },
+    { name: "non-numeric memory", args: ["run", "loop.js", "--memory", "lots"], message: /--memory .*MiB.*got "lots"/ },
+    { name: "too much memory", args: ["run", "loop.js", "--memory", "5000"], message: /--memory .*up to 4096/ },
+    {
+      name: "unknown isolation",
+      args: ["run", "loop.js", "--isolation", "thread"],
+      message: '--isolation must be "worker" or "inline", got "thread"',
+    },
+    { name: "no script", args: ["run"], message: "airlock run: missing script" },
+    { name: "two scripts", args: ["run", "loop.js", "echo.js"], message: "expected one script, got 2" },
+    { name: "missing script file", args: ["run", "nope.js"], message: "script file not found: nope.js\n" },
+    {
+      name: "missing tools module",
+      args: ["run", "echo.js", "--tools", "nope.mjs"],
+      message: "--tools: module not found: nope.mjs",
+    },
+    {
+      name: "tools default export that is not an array",
+      args: ["run", "echo.js", "--tools", "not-array.mjs"],
+      message: "--tools not-array.mjs: the default export must be an array of tools, got an object",
+    },
+    {
+      name: "tools module without a default export",
+      args: ["run", "echo.js", "--tools", "no-default.mjs"],
+      message: "--tools no-default.mjs: the module has no default export",
+    },
+    {
+      name: "a tool without a name",
+      args: ["run", "echo.js", "--tools", "no-name.mjs"],
+      message: "--tools no-name.mjs: entry 1 has no name",
+    },
+    {
+      name: "a tool without execute",
+      args: ["run", "echo.js", "--tools", "no-execute.mjs"],
+      message: '--tools no-execute.mjs: entry 0 ("lonely") has no execute function',
+    },
+    {
+      name: "two tools with one name",
+      args: ["run", "echo.js", "--tools", "duplicate.mjs"],
+      message: '--tools duplicate.mjs: a tool named "twin" is already registered',
+    },
+    {
+      name: "a tools module that throws",
+      args: ["run", "echo.js", "--tools", "broken.mjs"],
+      message: "--tools broken.mjs: the module failed to load: boom while loading",
+    },
+  ];
+
+  it.concurrent.for(cases)("$name", async ({ args, message }, { expect }) => {
+    const result = await runCli(args, { cwd: dir });
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe("");
+    if (typeof message === "string") expect(result.stderr).toContain(message);
+    else expect(result.stderr).toMatch(message);
+    expect(result.stderr).toMatch(/Run "airlock( run)? --help" for usage\.\n/);
+  });
+
+  it("no command: names the problem, then prints the usage", async () => {
+    const result = await runCli([]);
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe("");
+    expect(result.stderr.startsWith("airlock: missing command\n\nUsage: airlock <command> [options]\n")).toBe(true);
+  });
+});
+
+describe("the README quick start", () => {
+  it("npx airlock run examples/hello.js --tools examples/tools.mjs", async () => {
+    const result = await runCli(["run", "examples/hello.js", "--tools", "examples/tools.mjs"], { cwd: REPO_ROOT });
+    expect(result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toBe(
+      [
+        "Lisbon: 21 °C, sunny",
+        "Oslo: 3 °C, snow showers",
+        "Nairobi: 24 °C, partly cloudy",
+        "note.txt says: Only the tools you hand it can reach this file.",
+        "{",
+        '  "cities": 3,',
+        '  "averageC": 16',
+        "}",
+        "",
+      ].join("\n"),
+    );
+  });
+
+  it("the example slow tool stops when the run times out", async () => {
+    const result = await runCli(["run", "-", "--tools", "examples/tools.mjs", "--timeout", "300"], {
+      input: "return await tools.slow({ ms: 60000 });",
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("run failed (timeout)");
+    expect(result.durationMs).toBeLessThan(10_000);
+  });
+});
+
+describe("run", () => {
+  it("exits 0 and prints output lines, then the value", async () => {
+    const script = [
+      'text("plain text");',
+      'console.log("from", "console", { n: 1 });',
+      `image("data:image/png;base64,${PNG_1x1}");`,
+      "return { answer: 42, list: [1, 2] };",
+    ].join("\n");
+    const result = await runCli(["run", "-"], { input: script });
+    expect(result.code).toBe(0);
+    expect(result.stderr).toBe("");
+    expect(result.stdout).toBe(
+      'plain text\nfrom console {"n":1}\n[image image/png, 70 bytes]\n{\n  "answer": 42,\n  "list": [\n    1,\n    2\n  ]\n}\n',
+    );
+  });
+
+  it("prints a string value as is, null as JSON, and nothing for undefined", async () => {
+    const [string, nil, none] = await Promise.all([
+      runCli(["run", "-"], { input: 'return "just text";' }),
+      runCli(["run", "-"], { input: "return null;" }),
+      runCli(["run", "-"], { input: 'text("only output");' }),
+    ]);
+    expect(string.stdout).toBe("just text\n");
+    expect(nil.stdout).toBe("null\n");
+    expect(none.stdout).toBe("only output\n");
+    expect([string.code, nil.code, none.code]).toEqual([0, 0, 0]);
+  });
+
+  it("reads the script from stdin for -", async () => {
+    const result = await runCli(["run", "-", "--tools", "tools.mjs"], {
+      cwd: dir,
+      input: 'const r = await tools.echo({ from: "stdin" });\ntext(r.from);\nreturn 7 * 6;',
+    });
+    expect(result.code).toBe(0);
+    expect(result.stdout).toBe("stdin\n42\n");
+  });
+
+  it("exits 1 on a script error: output on stdout, kind, message and stack on stderr", async () => {
+    const result = await runCli(["run", "throws.js"], { cwd: dir });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe("before the throw\n");
+    expect(result.stderr).toMatch(/^airlock: run failed \(script\): TypeError: bad input\n {4}at .*codemode\.js:2/);
+  });
+
+  it("--tools: resolves the module from the cwd and gives the script its tools", async () => {
+    const result = await runCli(["run", "echo.js", "--tools", "./tools.mjs"], { cwd: dir });
+    expect(result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toBe('{\n  "said": "hi"\n}\n');
+  });
+
+  it("--tools: a failing tool is an error the script sees", async () => {
+    const result = await runCli(["run", "-", "--tools", "tools.mjs"], { cwd: dir, input: "await tools.fail();" });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("run failed (script): Error: the tool failed on purpose");
+  });
+
+  it("without --tools the script has no tools", async () => {
+    const result = await runCli(["run", "echo.js"], { cwd: dir });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("tools.echo does not exist");
+  });
+
+  for (const isolation of ["worker", "inline"]) {
+    it(`--timeout stops an endless loop (${isolation})`, async () => {
+      const result = await runCli(["run", "loop.js", "--timeout", "300", "--isolation", isolation], { cwd: dir });
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe("");
+      expect(result.stderr).toBe("airlock: run failed (timeout): The execution timed out after 300 ms\n");
+      expect(result.durationMs).toBeLessThan(10_000);
+    });
+  }
+
+  it("--memory caps the heap: an allocation bomb runs out of memory", async () => {
+    const result = await runCli(["run", "bomb.js", "--memory", "8"], { cwd: dir });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^airlock: run failed \(script\): InternalError: out of memory\n/);
+  });
+
+  it("--memory sets the cap in MiB: 32 MiB of string fits by default, not in 8 MiB", async () => {
+    const [fits, capped] = await Promise.all([
+      runCli(["run", "big-string.js"], { cwd: dir }),
+      runCli(["run", "big-string.js", "--memory", "8"], { cwd: dir }),
+    ]);
+    expect(fits.code).toBe(0);
+    expect(fits.stdout).toBe(`${32 * 1024 * 1024}\n`);
+    expect(capped.code).toBe(1);
+    expect(capped.stderr).toContain("out of memory");
+  });
+
+  it("--isolation: worker runs the script off the CLI's thread, inline on it", async () => {
+    // The tools module counts host timer ticks; a busy script blocks them only when it runs on the host's thread.
+    const script = [
+      "const before = await tools.ticks();",
+      "const end = Date.now() + 500;",
+      "while (Date.now() < end) {}",
+      "return (await tools.ticks()) - before;",
+    ].join("\n");
+    const worker = await runCli(["run", "-", "--tools", "tools.mjs", "--isolation", "worker"], {
+      cwd: dir,
+      input: script,
+    });
+    const inline = await runCli(["run", "-", "--tools", "tools.mjs", "--isolation", "inline"], {
+      cwd: dir,
+      input: script,
+    });
+    expect(worker.code).toBe(0);
+    expect(inline.code).toBe(0);
+    expect(Number(worker.stdout)).toBeGreaterThan(5);
+    expect(Number(inline.stdout)).toBeLessThanOrEqual(1);
+  });
+
+  it("exits promptly although the tools module keeps a timer running", async () => {
+    const result = await runCli(["run", "-", "--tools", "tools.mjs"], { cwd: dir, input: "return 1;" });
+    expect(result.code).toBe(0);
+    expect(result.signal).toBe(null);
+    expect(result.durationMs).toBeLessThan(10_000);
+  });
+
+  it("--json prints the whole result object", async () => {
+    const script = [
+      'console.log("logged");',
+      'text("texted");',
+      "const r = await tools.echo({ x: 1 });",
+      'store("kept", r);',
+      'store("gone", undefined);',
+      "return r;",
+    ].join("\n");
+    const result = await runCli(["run", "-", "--tools", "tools.mjs", "--json"], { cwd: dir, input: script });
+    expect(result.code).toBe(0);
+    expect(result.stderr).toBe("");
+    expect(JSON.parse(result.stdout)).toEqual({
+      ok: true,
+      value: { x: 1 },
+      output: [
+        { type: "text", text: "logged", console: true },
+        { type: "text", text: "texted" },
+      ],
+      calls: [{ name: "echo", status: "ok", durationMs: expect.any(Number) }],
+      storeWrites: { set: { kept: { x: 1 } }, delete: ["gone"] },
+    });
+  });
+
+  it("--json prints a failed result too, exits 1, and leaves stderr empty", async () => {
+    const result = await runCli(["run", "throws.js", "--json"], { cwd: dir });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe("");
+    const parsed = JSON.parse(result.stdout);
+    expect(parsed).toEqual({
+      ok: false,
+      error: { kind: "script", name: "TypeError", message: "bad input", stack: expect.stringContaining("codemode.js") },
+      output: [{ type: "text", text: "before the throw" }],
+      calls: [],
+    });
+  });
+});
+
+describe("run --store", () => {
+  it("round-trips a counter across two runs (examples/counter.js)", async () => {
+    const { dir: cwd, cleanup: done } = tempDir();
+    try {
+      const counter = join(REPO_ROOT, "examples", "counter.js");
+      const first = await runCli(["run", counter, "--store", "counter.json"], { cwd });
+      expect(first.code).toBe(0);
+      expect(first.stdout).toBe("This script has run 1 time.\n1\n");
+      expect(JSON.parse(readFileSync(join(cwd, "counter.json"), "utf8"))).toEqual({ count: 1 });
+      const second = await runCli(["run", counter, "--store", "counter.json"], { cwd });
+      expect(second.code).toBe(0);
+      expect(second.stdout).toBe("This script has run 2 times.\n2\n");
+      expect(JSON.parse(readFileSync(join(cwd, "counter.json"), "utf8"))).toEqual({ count: 2 });
+      // The write went through a temporary file and a rename: nothing else is left behind.
+      expect(readdirSync(cwd)).toEqual(["counter.json"]);
+    } finally {
+      done();
+    }
+  });
+
+  it("keeps the keys the script did not touch and removes the ones it deleted", async () => {
+    const { dir: cwd, cleanup: done } = tempDir({ "state.json": '{"keep":"yes","drop":1}' });
+    try {
+      const script = 'store("drop", undefined);\nstore("copy", load("keep"));\nreturn load("drop");';
+      const result = await runCli(["run", "-", "--store", "state.json"], { cwd, input: script });
+      expect(result.code).toBe(0);
+      expect(result.stdout).toBe("");
+      expect(JSON.parse(readFileSync(join(cwd, "state.json"), "utf8"))).toEqual({ keep: "yes", copy: "yes" });
+    } finally {
+      done();
+    }
+  });
+
+  it("leaves the file untouched when the run fails", async () => {
+    const original = '{ "count":   7 }\n';
+    const { dir: cwd, cleanup: done } = tempDir({ "state.json": original });
+    try {
+      const thrown = await runCli(["run", "-", "--store", "state.json"], {
+        cwd,
+        input: 'store("count", load("count") + 1);\nthrow new Error("after the store");',
+      });
+      expect(thrown.code).toBe(1);
+      expect(thrown.stderr).toContain("after the store");
+      const timedOut = await runCli(["run", "-", "--store", "state.json", "--timeout", "200"], {
+        cwd,
+        input: 'store("count", 0);\nwhile (true) {}',
+      });
+      expect(timedOut.code).toBe(1);
+      expect(readFileSync(join(cwd, "state.json"), "utf8")).toBe(original);
+      expect(readdirSync(cwd)).toEqual(["state.json"]);
+    } finally {
+      done();
+    }
+  });
+
+  it("does not create a missing file when the run fails", async () => {
+    const { dir: cwd, cleanup: done } = tempDir();
+    try {
+      const result = await runCli(["run", "-", "--store", "new.json"], { cwd, input: 'store("a", 1);\nthrow 1;' });
+      expect(result.code).toBe(1);
+      expect(existsSync(join(cwd, "new.json"))).toBe(false);
+    } finally {
+      done();
+    }
+  });
+
+  it.each([
+    ["an array", "[1, 2]", "must hold a JSON object, found an array"],
+    ["a string", '"text"', "must hold a JSON object, found a string"],
+    ["null", "null", "must hold a JSON object, found null"],
+    ["not JSON", "{ count: 1", "is not valid JSON"],
+  ])("rejects a store file holding %s with exit 2", async (_what, content, message) => {
+    const { dir: cwd, cleanup: done } = tempDir({ "bad.json": content });
+    try {
+      const result = await runCli(["run", "-", "--store", "bad.json"], { cwd, input: 'store("a", 1);' });
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(`airlock run: --store bad.json ${message}`);
+      expect(readFileSync(join(cwd, "bad.json"), "utf8")).toBe(content);
+    } finally {
+      done();
+    }
+  });
+});
+
+describe("Ctrl-C", () => {
+  const interruptWhenReady = (stderr: string, child: ChildProcess) => {
+    if (stderr.includes("READY") && !child.killed) child.kill("SIGINT");
+  };
+
+  it("aborts a computing script (worker): kind aborted, exit 1", async () => {
+    const result = await runCli(["run", "-", "--tools", "tools.mjs"], {
+      cwd: dir,
+      input: "await tools.ready();\nwhile (true) {}",
+      onStderr: interruptWhenReady,
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("airlock: run failed (aborted): The execution was aborted\n");
+  });
+
+  it("aborts a script waiting on a tool (inline), and the tool sees its signal", async () => {
+    const result = await runCli(["run", "-", "--tools", "tools.mjs", "--isolation", "inline"], {
+      cwd: dir,
+      input: "await tools.ready();\nawait tools.wait_for_abort();",
+      onStderr: interruptWhenReady,
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("CANCELLED\n");
+    expect(result.stderr).toContain("airlock: run failed (aborted): The execution was aborted\n");
+  });
+});
