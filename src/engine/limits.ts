@@ -24,7 +24,7 @@ export const WORKER_MAX_STACK_SIZE = 512 * 1024;
 export const WORKER_STACK_SIZE_MB = 8;
 
 /** Free heap the post-prelude image keeps, so that ordinary allocations do not grow the memory. */
-export const IMAGE_HEAP_HEADROOM_BYTES = 2 * 1024 * 1024;
+export const IMAGE_HEAP_HEADROOM_BYTES = 1024 * 1024;
 
 /** Promise jobs drained between two checks of the deadline and the abort flag. */
 export const JOBS_PER_INTERRUPT_CHECK = 256;

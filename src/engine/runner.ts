@@ -22,6 +22,9 @@ import {
 } from "./protocol.ts";
 import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
 
+/** Bytes of the image copied per step of a gradual reset (about 20-30 us each). */
+const RESET_CHUNK_BYTES = 256 * 1024;
+
 export interface RunnerOptions extends VmOptions {
   /** Receives every event, synchronously; it must not call back into the runner before returning. */
   emit(event: VmEvent): void;
@@ -72,9 +75,14 @@ export class VmRunner {
   async init(): Promise<void> {
     const { vm, image } = await GuestVm.boot(this.options);
     this.image = image;
-    this.vmCount = 1;
     if (!vm.reset(image)) throw new Error("a freshly booted VM could not be reset");
     this.idle.push(vm);
+    this.vmCount = 1;
+    // A spare, so that one VM can serve while the other is being reset.
+    if (this.options.maxVms > 1) {
+      this.idle.push(await GuestVm.fromImage(this.options, image));
+      this.vmCount = 2;
+    }
   }
 
   get versions(): Record<string, string> {
@@ -174,22 +182,34 @@ export class VmRunner {
     this.idle.push(vm);
   }
 
-  /** Returns a VM after its execution ended; the reset runs after the result went out, off the latency path. */
+  /**
+   * Returns a VM after its execution ended. The reset runs after the result went out, in steps that let messages
+   * through, so it stays off the latency path; a run that needs the VM before then finishes the reset at once.
+   */
   private recycle(vm: GuestVm): void {
     this.recycling.add(vm);
-    setImmediate(() => {
-      if (!this.recycling.delete(vm)) return;
+    const steps = vm.resetGradually(this.image, RESET_CHUNK_BYTES);
+    const step = () => {
+      if (!this.recycling.has(vm)) return;
       if (this.closed) {
+        this.recycling.delete(vm);
         vm.dispose();
         return;
       }
-      if (vm.reset(this.image)) {
+      const next = steps.next();
+      if (!next.done) {
+        setImmediate(step);
+        return;
+      }
+      this.recycling.delete(vm);
+      if (next.value) {
         this.release(vm);
         return;
       }
       vm.dispose();
       void this.addVm();
-    });
+    };
+    setImmediate(step);
   }
 
   // ---- one execution ----

@@ -71,6 +71,8 @@ export interface VmImage {
   /** SHA-256 of the prelude source, part of a deterministic run's fingerprint. */
   preludeHash: string;
   versions: Record<string, string>;
+  /** The image as runs of all-zero and other pages: zero runs are restored with a fill, which is cheaper than a copy. */
+  segments: { from: number; to: number; zero: boolean }[];
 }
 
 export type HostCallback = (args: JSValueHandle[]) => JSValueHandle | undefined;
@@ -83,9 +85,6 @@ export interface VmOptions {
 
 /** Stack bytes below QuickJS's guard that native frames without a guard check may still use. */
 const STACK_COPY_MARGIN = 128 * 1024;
-
-/** Thrown when the VM could not be reset in place and needs a new instance. */
-class VmNeedsNewInstance extends Error {}
 
 export class GuestVm {
   /** Bumped by every reset; async work captured under an older generation must not touch the VM. */
@@ -129,13 +128,18 @@ export class GuestVm {
     // Grow the heap past what ordinary executions allocate, then free it: the image keeps the headroom.
     w.evalCode(`void new ArrayBuffer(${IMAGE_HEAP_HEADROOM_BYTES})`).dispose();
     w.runGC();
+    // After a collection QuickJS sets its next threshold just above the live heap, so every execution would start
+    // with a full collection of the prelude's objects. Short executions never need one: move it into the headroom.
+    w.gcThreshold = w.getAllocatedSize() + IMAGE_HEAP_HEADROOM_BYTES / 2;
     const entries = {
       configure: w.exportHandle(configure),
       start: w.exportHandle(start),
       settle: w.exportHandle(settle),
     };
+    const memory = new Uint8Array(ex.memory.buffer).slice();
     const image: VmImage = {
-      memory: new Uint8Array(ex.memory.buffer).slice(),
+      memory,
+      segments: segmentsOf(memory),
       stackPointer: ex.__stack_pointer.value as number,
       runtimePtr: ex.qjs_get_runtime_ptr(),
       contextPtr: ex.qjs_get_context_ptr(),
@@ -152,8 +156,7 @@ export class GuestVm {
   static async fromImage(options: VmOptions, image: VmImage): Promise<GuestVm> {
     const vm = await GuestVm.instantiate(options);
     vm.dirty = true;
-    vm.image = image;
-    vm.copyImage(image);
+    if (!vm.reset(image)) throw new Error("a new VM could not take the image");
     return vm;
   }
 
@@ -216,28 +219,65 @@ export class GuestVm {
 
   /** Puts the VM in its post-prelude state. Returns false when the caller must make a new VM from the image. */
   reset(image: VmImage): boolean {
+    this.resetToken++;
     if (!this.dirty && this.image === image && !this.broken) return true;
-    try {
-      this.copyImage(image);
-      return true;
-    } catch (error) {
-      if (error instanceof VmNeedsNewInstance) return false;
-      throw error;
+    if (!this.canReset(image)) return false;
+    const from = this.copyStart(image);
+    this.copyRange(image, from, image.memory.byteLength);
+    this.completeReset(image);
+    return true;
+  }
+
+  /**
+   * The same reset in steps of at most `chunkBytes` copied, yielding in between so that a worker can serve messages
+   * meanwhile. Returns false when a new VM is needed; stops early (returning true) when a synchronous `reset()`
+   * took over.
+   */
+  *resetGradually(image: VmImage, chunkBytes: number): Generator<void, boolean> {
+    const token = ++this.resetToken;
+    if (!this.dirty && this.image === image && !this.broken) return true;
+    if (!this.canReset(image)) return false;
+    const size = image.memory.byteLength;
+    for (let offset = this.copyStart(image); offset < size; offset += chunkBytes) {
+      this.copyRange(image, offset, Math.min(size, offset + chunkBytes));
+      yield;
+      if (token !== this.resetToken) return true;
+    }
+    this.completeReset(image);
+    return true;
+  }
+
+  private resetToken = 0;
+
+  private canReset(image: VmImage): boolean {
+    // A VM whose memory grew past the image needs a new instance: the allocator would keep growing otherwise.
+    return !this.broken && this.exports.memory.buffer.byteLength <= image.memory.byteLength;
+  }
+
+  /**
+   * Where copying starts. The stack sits below the image's stack pointer and QuickJS's guard keeps it within
+   * maxStackSize of it, so the pages further down were never written (overflowing the guard traps or breaks the VM,
+   * which is then replaced). A VM coming from another image gets all of it.
+   */
+  private copyStart(image: VmImage): number {
+    if (this.image !== image) return 0;
+    return Math.max(0, image.stackPointer - this.options.maxStackSize - STACK_COPY_MARGIN) & ~0xffff;
+  }
+
+  private copyRange(image: VmImage, from: number, to: number): void {
+    const memory = this.exports.memory;
+    if (memory.buffer.byteLength < to) memory.grow(Math.ceil((to - memory.buffer.byteLength) / 65536));
+    const target = new Uint8Array(memory.buffer);
+    for (const segment of image.segments) {
+      const start = Math.max(from, segment.from);
+      const end = Math.min(to, segment.to);
+      if (start >= end) continue;
+      if (segment.zero) target.fill(0, start, end);
+      else target.set(image.memory.subarray(start, end), start);
     }
   }
 
-  private copyImage(image: VmImage): void {
-    if (this.broken) throw new VmNeedsNewInstance();
-    const memory = this.exports.memory;
-    const size = image.memory.byteLength;
-    if (memory.buffer.byteLength > size) throw new VmNeedsNewInstance();
-    if (memory.buffer.byteLength < size) memory.grow((size - memory.buffer.byteLength) / 65536);
-    // The stack sits below the image's stack pointer and QuickJS's guard keeps it within maxStackSize of it, so the
-    // pages further down were never written (overflowing the guard traps or breaks the VM, which is then replaced).
-    const from = Math.max(0, image.stackPointer - this.options.maxStackSize - STACK_COPY_MARGIN) & ~0xffff;
-    if (this.image === image && !this.broken)
-      new Uint8Array(memory.buffer, from, size - from).set(image.memory.subarray(from));
-    else new Uint8Array(memory.buffer, 0, size).set(image.memory);
+  private completeReset(image: VmImage): void {
     this.exports.__stack_pointer.value = image.stackPointer;
     this.exports.qjs_set_runtime_and_context(image.runtimePtr, image.contextPtr);
     this.bindWrapper();
@@ -300,6 +340,26 @@ export class GuestVm {
     this.entries = undefined;
     this.broken = true;
   }
+}
+
+/** Splits memory into runs of 4 KiB pages that are all zero or not. */
+function segmentsOf(memory: Uint8Array): VmImage["segments"] {
+  const page = 4096;
+  const words = new BigUint64Array(memory.buffer, memory.byteOffset, memory.byteLength / 8);
+  const segments: VmImage["segments"] = [];
+  for (let from = 0; from < memory.byteLength; from += page) {
+    let zero = true;
+    for (let i = from / 8; i < (from + page) / 8; i++) {
+      if (words[i] !== 0n) {
+        zero = false;
+        break;
+      }
+    }
+    const last = segments[segments.length - 1];
+    if (last && last.zero === zero) last.to = from + page;
+    else segments.push({ from, to: from + page, zero });
+  }
+  return segments;
 }
 
 /** The interrupt poll between promise jobs fired. */
