@@ -60,7 +60,7 @@ export class VmRunner {
   private image!: VmImage;
   private readonly idle: GuestVm[] = [];
   /** VMs whose execution ended and whose reset is scheduled; taken (and reset at once) when no idle VM is left. */
-  private readonly recycling = new Set<GuestVm>();
+  private readonly recycling = new Map<GuestVm, Generator<void, boolean>>();
   private vmCount = 0;
   private readonly runs = new Map<number, ActiveRun>();
   private readonly waiting: RunRequest[] = [];
@@ -114,7 +114,7 @@ export class VmRunner {
 
   close(): void {
     this.closed = true;
-    for (const vm of [...this.idle, ...this.recycling]) vm.dispose();
+    for (const vm of [...this.idle, ...this.recycling.keys()]) vm.dispose();
     this.idle.length = 0;
     this.recycling.clear();
   }
@@ -135,7 +135,7 @@ export class VmRunner {
   }
 
   private takeIdle(): GuestVm | undefined {
-    for (const vm of this.recycling) {
+    for (const vm of this.recycling.keys()) {
       if (this.idle.length > 0) break;
       this.recycling.delete(vm);
       this.idle.push(vm);
@@ -187,10 +187,11 @@ export class VmRunner {
    * through, so it stays off the latency path; a run that needs the VM before then finishes the reset at once.
    */
   private recycle(vm: GuestVm): void {
-    this.recycling.add(vm);
     const steps = vm.resetGradually(this.image, RESET_CHUNK_BYTES);
+    this.recycling.set(vm, steps);
     const step = () => {
-      if (!this.recycling.has(vm)) return;
+      // Taken by a run meanwhile (and reset at once), or recycled again with a newer reset.
+      if (this.recycling.get(vm) !== steps) return;
       if (this.closed) {
         this.recycling.delete(vm);
         vm.dispose();

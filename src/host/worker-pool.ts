@@ -11,8 +11,8 @@ import { PROTOCOL_VERSION, parseVmEvent, StopCode, type VmEvent } from "../engin
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { WorkerData } from "./worker.ts";
 
-/** Time a worker has to end a stopped run before it is terminated. */
-export const STOP_GRACE_MS = 250;
+/** Time a worker has to end a stopped run before it is terminated (generous: a loaded machine can delay a thread). */
+export const STOP_GRACE_MS = 2_000;
 /** Executions one worker can track at once (the size of its shared stop flags). */
 const SLOTS_PER_WORKER = 4096;
 

@@ -1,0 +1,137 @@
+// Airlock against pi-codemode 1.6.0 on the same work, in one process run. Prints a table of medians and the ratio
+// pi / Airlock for each row, and writes the figures to bench/results/latest.json.
+//   npm run bench            (QUICK=1 for fewer iterations)
+import { mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus, totalmem } from "node:os";
+import {
+  CodemodeSandbox as PiSandbox,
+  InlineCodemodeSandbox as PiInline,
+  loadQuickJSWasm as piWasm,
+} from "@earendil-works/pi-codemode";
+import { CodemodeSandbox, InlineCodemodeSandbox } from "../dist/index.js";
+
+const quick = process.env.QUICK === "1";
+const n = (full, small) => (quick ? small : full);
+const echo = { name: "echo", execute: async (args) => args };
+const sleep10 = { name: "sleep", execute: () => new Promise((resolve) => setTimeout(() => resolve(1), 10)) };
+const tools = [echo, sleep10];
+
+const median = (values) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+async function timeEach(sandbox, code, iterations, options) {
+  const times = [];
+  for (let i = 0; i < iterations; i++) {
+    const start = performance.now();
+    const result = await sandbox.execute(code, options);
+    times.push(performance.now() - start);
+    if (!result.ok && !options?.expectFailure) throw new Error(`${code}: ${result.error.kind} ${result.error.message}`);
+  }
+  return median(times);
+}
+
+async function perCall(sandbox, iterations) {
+  const base = await timeEach(sandbox, "for (let i = 0; i < 0; i++) await tools.echo(i); return 1;", iterations);
+  const calls = await timeEach(sandbox, "for (let i = 0; i < 100; i++) await tools.echo(i); return 1;", iterations);
+  return ((calls - base) / 100) * 1000; // us per call
+}
+
+async function stopLateness(sandbox, iterations) {
+  const late = [];
+  for (let i = 0; i < iterations; i++) {
+    const start = performance.now();
+    const result = await sandbox.execute("while (true) {}", { timeoutMs: 100 });
+    late.push(performance.now() - start - 100);
+    if (result.ok || result.error.kind !== "timeout") throw new Error("the loop was not stopped by its deadline");
+  }
+  return median(late);
+}
+
+async function throughput(sandbox, code, concurrent, rounds) {
+  const start = performance.now();
+  for (let r = 0; r < rounds; r++) {
+    const results = await Promise.all(Array.from({ length: concurrent }, () => sandbox.execute(code)));
+    for (const result of results) if (!result.ok) throw new Error(`${result.error.kind}: ${result.error.message}`);
+  }
+  return (concurrent * rounds) / ((performance.now() - start) / 1000);
+}
+
+const rows = [];
+function row(name, unit, airlock, pi, better = "lower") {
+  const ratio = pi === undefined ? undefined : better === "lower" ? pi / airlock : airlock / pi;
+  rows.push({ name, unit, airlock, pi, ratio });
+  const fmt = (v) => (v === undefined ? "n/a" : v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
+  console.log(`${name.padEnd(44)} ${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`);
+}
+
+const machine = {
+  node: process.version,
+  cpu: cpus()[0]?.model ?? "unknown",
+  cores: availableParallelism(),
+  memoryGiB: Math.round(totalmem() / 2 ** 30),
+  platform: `${process.platform}-${process.arch}`,
+};
+console.log(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
+console.log(`${"row".padEnd(44)} ${"Airlock".padStart(10)} ${"pi 1.6.0".padStart(10)} ${"unit".padEnd(8)} pi/Airlock`);
+
+const wasm = await piWasm();
+const airWorker = new CodemodeSandbox({ tools, timeoutMs: 30_000 });
+const airInline = new InlineCodemodeSandbox({ tools, timeoutMs: 30_000 });
+const piWorker = new PiSandbox({ tools, timeoutMs: 30_000 });
+const piInline = new PiInline({ tools, wasm, timeoutMs: 30_000 });
+await airWorker.warm();
+await airInline.warm();
+// Warm-up: JIT, first VMs, the peers' first worker.
+await timeEach(airWorker, "return 1", 200);
+await timeEach(airInline, "return 1", 200);
+await timeEach(piWorker, "return 1", 2);
+await timeEach(piInline, "return 1", 3);
+
+// 1. return 1, sequential
+row("1. return 1, worker (median)", "ms", await timeEach(airWorker, "return 1", n(2000, 300)), await timeEach(piWorker, "return 1", n(30, 8)));
+row("1. return 1, inline (median)", "ms", await timeEach(airInline, "return 1", n(2000, 300)), await timeEach(piInline, "return 1", n(60, 15)));
+
+// 2. per-call cost of 100 sequential echo calls in one execution
+row("2. tool call, worker (per call)", "us", await perCall(airWorker, n(50, 10)), await perCall(piWorker, n(10, 3)));
+row("2. tool call, inline (per call)", "us", await perCall(airInline, n(50, 10)), await perCall(piInline, n(15, 4)));
+
+// 3. interpreter-bound loop
+const loop = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
+row("3. 1e6-iteration loop, worker", "ms", await timeEach(airWorker, loop, n(15, 4)), await timeEach(piWorker, loop, n(8, 3)));
+row("3. 1e6-iteration loop, inline", "ms", await timeEach(airInline, loop, n(15, 4)), await timeEach(piInline, loop, n(8, 3)));
+
+// 4. how late a 100 ms deadline stops while(true){} (pi inline stops by interrupt budget, not deadline: not compared)
+row("4. while(true) stop after deadline, worker", "ms", await stopLateness(airWorker, n(10, 3)), await stopLateness(piWorker, n(5, 2)));
+row("4. while(true) stop after deadline, inline", "ms", await stopLateness(airInline, n(10, 3)), undefined);
+
+// 5. throughput with 64 concurrent executions
+row("5. 64 concurrent return 1, worker", "exec/s", await throughput(airWorker, "return 1", 64, n(30, 5)), await throughput(piWorker, "return 1", 64, 1), "higher");
+row("5. 64 concurrent 10 ms tool, worker", "exec/s", await throughput(airWorker, "return await tools.sleep()", 64, n(30, 5)), await throughput(piWorker, "return await tools.sleep()", 64, 1), "higher");
+row("5. 64 concurrent return 1, inline", "exec/s", await throughput(airInline, "return 1", 64, n(30, 5)), await throughput(piInline, "return 1", 64, 1), "higher");
+
+await piWorker.close();
+await piInline.close();
+
+// 6. memory over 10,000 executions (Airlock only: the peers need minutes for as many)
+const mixed = ["return 1", "text('x'); return [1, 2, 3]", "await tools.echo({ a: 1 }); return 2", "throw new Error('x')"];
+let rss1000 = 0;
+let peak = 0;
+for (let i = 1; i <= n(10_000, 2_000); i++) {
+  await airWorker.execute(mixed[i % mixed.length]);
+  if (i % 100 === 0) peak = Math.max(peak, process.memoryUsage().rss);
+  if (i === n(1_000, 200)) rss1000 = process.memoryUsage().rss;
+}
+const rssEnd = process.memoryUsage().rss;
+row("6. peak RSS after 10,000 executions, worker", "MiB", peak / 2 ** 20, undefined);
+row("6. RSS growth 1,000 -> 10,000 executions", "%", ((rssEnd - rss1000) / rss1000) * 100, undefined);
+
+await airWorker.close();
+await airInline.close();
+
+mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
+const report = { date: new Date().toISOString(), machine, quick, rows };
+writeFileSync(new URL("./results/latest.json", import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
+console.log("wrote bench/results/latest.json");

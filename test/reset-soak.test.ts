@@ -1,0 +1,135 @@
+/**
+ * The memory-image reset reaches into quickjs-wasi internals (pinned version), so it is soaked here: after hostile
+ * executions of many kinds, a reset VM must be byte-identical to the image (the whole linear memory, the stack region
+ * that the reset skips included) and behave exactly like a fresh VM.
+ */
+import { describe, expect, it } from "vitest";
+import type { RunResult, VmEvent } from "../dist/engine/protocol.js";
+import { VmRunner } from "../dist/engine/runner.js";
+import { GuestVm, type VmImage } from "../dist/engine/vm.js";
+import { loadQuickJSWasm } from "../dist/engine/wasm.js";
+
+/** The runner's private pool, read by this test only. */
+interface RunnerInternals {
+  idle: GuestVm[];
+  recycling: Map<GuestVm, unknown>;
+  image: VmImage;
+}
+
+const hostile = [
+  "return 1",
+  "globalThis.leak = 'x'.repeat(1000); Object.defineProperty(globalThis, 'pinned', { value: 1 });",
+  "const a = []; while (true) a.push('y'.repeat(100) + a.length);",
+  "while (true) {}",
+  "while (true) await null;",
+  "await new Promise(() => {});",
+  "function r() { return r(); } r();",
+  "let o = {}; for (let i = 0; i < 500; i++) o = { o }; return JSON.stringify(o).length;",
+  "try { null.x } catch (e) { throw new RangeError(e.message); }",
+  "for (let i = 0; i < 50; i++) text('line ' + i); store('k', { i: 1 }); return load('k');",
+  "const p = tools.slow(1); return 'did not wait';",
+  "await tools.slow(2); exit(); text('after');",
+  "const m = new Map(); for (let i = 0; i < 20000; i++) m.set(i, { i }); return m.size;",
+  "throw 'plain';",
+  "let = ;",
+  "const big = new ArrayBuffer(8 * 1024 * 1024); return big.byteLength;",
+  "Math.random = () => 1; return Math.random();",
+  "return Array.from({ length: 2000 }, (_, i) => i * 2).reduce((a, b) => a + b, 0);",
+];
+
+/** A probe whose answer depends on the whole visible state of the VM. */
+const probe = `return [Object.getOwnPropertyNames(globalThis).sort().join(","), typeof leak, typeof pinned,
+  Object.isFrozen(Object.prototype), [1, 2, 3].map((x) => x * 2).join(), JSON.stringify({ a: [1, { b: 2 }] })];`;
+
+function makeRunner(events: VmEvent[], timeoutMs: number) {
+  const runner = new VmRunner({
+    module: loadQuickJSWasm(),
+    maxStackSize: 256 * 1024,
+    maxVms: 1,
+    emit: (event) => {
+      events.push(event);
+      // Tool results arrive late, after the script may have ended.
+      if (event.type === "call") {
+        setTimeout(
+          () =>
+            runner.handle({
+              type: "settle",
+              exec: event.exec,
+              id: event.id,
+              outcome: { ok: true, value: "1" },
+              seq: null,
+              now: null,
+            }),
+          2,
+        );
+      }
+    },
+  });
+  let exec = 0;
+  const run = async (code: string, memoryLimitBytes = 16 * 1024 * 1024): Promise<RunResult> => {
+    const id = ++exec;
+    runner.handle({
+      type: "run",
+      request: {
+        exec: id,
+        slot: 0,
+        code,
+        tools: [{ name: "slow", id: "slow", description: "" }],
+        globals: [],
+        store: {},
+        memoryLimitBytes,
+        deadline: Date.now() + timeoutMs,
+        cpuLimitMs: null,
+        deterministic: null,
+        program: null,
+      },
+    });
+    for (;;) {
+      const done = events.find((e) => e.type === "done" && e.exec === id);
+      if (done && done.type === "done") return done.result;
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+  };
+  /** Waits until the VM is back in the pool, reset. */
+  const settled = async () => {
+    const internals = runner as unknown as RunnerInternals;
+    while (internals.idle.length === 0 || internals.recycling.size > 0) {
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return internals;
+  };
+  return { runner, run, settled };
+}
+
+describe("the memory-image reset", () => {
+  it("leaves a VM byte-identical to the image and equal to a fresh VM after hostile executions", async () => {
+    const events: VmEvent[] = [];
+    const { runner, run, settled } = makeRunner(events, 150);
+    await runner.init();
+    const fresh = await run(probe);
+    expect(fresh.ok).toBe(true);
+    const memoryOf = (vm: GuestVm) =>
+      new Uint8Array((vm as unknown as { exports: { memory: WebAssembly.Memory } }).exports.memory.buffer);
+    // The reset itself allocates the new wrapper's handles, so the reference is a fresh VM made from the image.
+    const { image } = (await settled()) as RunnerInternals;
+    const reference = memoryOf(await GuestVm.fromImage({ module: loadQuickJSWasm(), maxStackSize: 256 * 1024 }, image));
+    let compared = 0;
+    for (let round = 0; round < 3; round++) {
+      for (const code of hostile) {
+        await run(code);
+        const internals = await settled();
+        const vm = internals.idle[0] as GuestVm;
+        // A VM that grew or broke was replaced by a new instance made from the image.
+        expect(vm.memoryBytes()).toBe(image.memory.byteLength);
+        const memory = memoryOf(vm);
+        const firstDifference = memory.findIndex((byte, i) => byte !== reference[i]);
+        expect({ code, firstDifference }).toEqual({ code, firstDifference: -1 });
+        compared++;
+        const again = await run(probe);
+        expect(again).toEqual({ ...fresh, cpuMs: again.cpuMs });
+      }
+    }
+    expect(compared).toBe(hostile.length * 3);
+    runner.close();
+  });
+});
