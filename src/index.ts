@@ -1,4 +1,6 @@
 /** Airlock: code mode for TypeScript. */
+
+export * from "./declarations/index.ts";
 export {
   DEFAULT_TIMEOUT_MS,
   INLINE_MAX_STACK_SIZE,
@@ -18,4 +20,6 @@ export {
   InlineCodemodeSandbox,
   type InlineCodemodeSandboxOptions,
 } from "./sandbox/codemode.ts";
+export * from "./source/index.ts";
+export * from "./tools/index.ts";
 export type * from "./types.ts";

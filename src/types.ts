@@ -142,4 +142,9 @@ export interface CodemodeSandboxBaseOptions {
   timeoutMs?: number;
   /** Heap cap of the VM in bytes; allocations beyond it fail inside the script as out of memory. */
   memoryLimitBytes?: number;
+  /**
+   * Scripts are TypeScript: types are erased in place before they run (not type-checked), so stack lines and columns
+   * still point at the script as written. A TypeScript syntax error is a `script` error with its line.
+   */
+  typescript?: boolean;
 }

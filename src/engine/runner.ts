@@ -574,8 +574,18 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+const randomPool = new Uint32Array(4096);
+let randomIndex = randomPool.length;
+
+/** Four random words to seed a VM's Math.random, from a pool refilled by the OS generator every 1,024 executions. */
 function randomWords(): number[] {
-  return Array.from(randomFillSync(new Uint32Array(4)));
+  if (randomIndex + 4 > randomPool.length) {
+    randomFillSync(randomPool);
+    randomIndex = 0;
+  }
+  const words = Array.from(randomPool.subarray(randomIndex, randomIndex + 4));
+  randomIndex += 4;
+  return words;
 }
 
 /** Four PRNG state words from a 32-bit seed (splitmix32), so that nearby seeds give unrelated sequences. */

@@ -6,6 +6,9 @@ import { DEFAULT_TIMEOUT_MS, MAX_VALUE_CHARS } from "../engine/limits.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
+// The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
+import { CodemodeSourceError } from "../source/errors.ts";
+import { stripTypeScript } from "../source/typescript.ts";
 import type {
   CodemodeExecuteOptions,
   CodemodeResult,
@@ -68,6 +71,7 @@ export abstract class CodemodeSandboxBase {
   private readonly executions = new Set<Execution>();
   private readonly timeoutMs: number;
   private readonly memoryLimitBytes: number;
+  private readonly typescript: boolean;
   private closed = false;
 
   protected constructor(
@@ -77,6 +81,10 @@ export abstract class CodemodeSandboxBase {
     if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
     this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
     this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
+    if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
+      throw new TypeError("typescript must be a boolean");
+    }
+    this.typescript = options.typescript ?? false;
     if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
     if (options.globals !== undefined && !Array.isArray(options.globals))
       throw new TypeError("globals must be an array");
@@ -135,7 +143,9 @@ export abstract class CodemodeSandboxBase {
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     const store = encodeStore(options.store);
     if (this.closed) return closedResult();
-    const request = this.request(code, store, timeoutMs, null);
+    const script = this.compile(code);
+    if (typeof script !== "string") return script;
+    const request = this.request(script, store, timeoutMs, null);
     request.tools = [...this.toolMap.values()].map((t) => ({
       name: t.name,
       id: toCodemodeIdentifier(t.name),
@@ -175,7 +185,11 @@ export abstract class CodemodeSandboxBase {
     if (typeof options.onCall !== "function") throw new TypeError("onCall must be a function");
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
-    const request = this.request(code, store, timeoutMs, { startedAt: options.startedAt, seed: options.seed });
+    const script = this.compile(code);
+    const request = this.request(typeof script === "string" ? script : "", store, timeoutMs, {
+      startedAt: options.startedAt,
+      seed: options.seed,
+    });
     const seen = new Set<string>();
     request.tools = (options.tools ?? []).map((t) => {
       if (!t || typeof t.name !== "string" || t.name === "") throw new TypeError("every tool needs a name");
@@ -213,7 +227,12 @@ export abstract class CodemodeSandboxBase {
           timeoutMs,
           onEnd: (e) => this.executions.delete(e),
         });
-    const result = execution ? execution.result : Promise.resolve(closedResult());
+    const result =
+      typeof script !== "string"
+        ? Promise.resolve(script)
+        : execution
+          ? execution.result
+          : Promise.resolve(closedResult());
     if (execution && !execution.finished) this.executions.add(execution);
     return {
       result,
@@ -233,6 +252,28 @@ export abstract class CodemodeSandboxBase {
     this.closed = true;
     for (const execution of [...this.executions]) execution.stop("aborted", "The sandbox was closed");
     await this.launcher.close();
+  }
+
+  /** The JavaScript to run, or the failed result of a TypeScript script that does not parse. */
+  private compile(code: string): string | CodemodeResult {
+    if (!this.typescript) return code;
+    try {
+      return stripTypeScript(code);
+    } catch (error) {
+      if (!(error instanceof CodemodeSourceError)) throw error;
+      const where = error.line === undefined ? "" : `\n    at codemode.js:${error.line}:${error.column ?? 1}`;
+      return {
+        ok: false,
+        error: {
+          kind: "script",
+          name: "SyntaxError",
+          message: error.message,
+          stack: `SyntaxError: ${error.message}${where}`,
+        },
+        output: [],
+        calls: [],
+      };
+    }
   }
 
   private request(

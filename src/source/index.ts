@@ -12,4 +12,11 @@ export {
   type ParsedCodemodeSource,
   parseCodemodeSource,
 } from "./options.ts";
+export {
+  SCRIPT_ENVIRONMENT_DECLARATIONS,
+  type TypecheckDiagnostic,
+  type TypecheckOptions,
+  type TypecheckResult,
+  typecheckScript,
+} from "./typecheck.ts";
 export { stripTypeScript } from "./typescript.ts";
