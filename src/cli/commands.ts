@@ -2,7 +2,9 @@
  * The subcommand table. A command parses its own flags (see `parseFlags`), throws `UsageError` for bad usage and
  * resolves to its exit status. To add one, write `src/cli/<name>.ts` exporting a `Command` and list it here.
  */
+import { declarationsCommand } from "./declarations.ts";
 import { runCommand } from "./run.ts";
+import { serveCommand } from "./serve.ts";
 
 /** What a command may touch of the process, so that it never reaches for globals it does not need. */
 export interface CliIo {
@@ -27,7 +29,7 @@ export interface Command {
   run(argv: string[], io: CliIo): Promise<number>;
 }
 
-export const commands: readonly Command[] = [runCommand];
+export const commands: readonly Command[] = [runCommand, declarationsCommand, serveCommand];
 
 export function findCommand(name: string): Command | undefined {
   return commands.find((command) => command.name === name);

@@ -6,9 +6,11 @@ import {
   CodemodeSandbox,
   type CodemodeSandboxBase,
   type CodemodeSandboxBaseOptions,
+  CodemodeSourceError,
   DEFAULT_MEMORY_LIMIT_BYTES,
   DEFAULT_TIMEOUT_MS,
   InlineCodemodeSandbox,
+  parseCodemodeSource,
 } from "../index.ts";
 import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
@@ -38,8 +40,12 @@ Options:
                        the script awaits (a busy loop runs until --timeout)
   --store <file.json>  JSON object that load() reads; after a successful run the script's store() writes
                        are saved back to it (a missing file starts empty)
+  --ts                 The script is TypeScript: types are erased before it runs (not type-checked)
   --json               Print the whole result object as JSON instead
   -h, --help           Show this help
+
+A first line "// @options: {"timeout_ms": 30000}" sets the script's deadline (the smaller one wins when
+--timeout is given too).
 
 Without --json, the output is printed in order (text and console lines, images as
 "[image <type>, <n> bytes]"), then the returned value: strings as is, other values as JSON.
@@ -55,6 +61,7 @@ const flags = {
   isolation: { type: "string" },
   store: { type: "string" },
   json: { type: "boolean" },
+  ts: { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -86,7 +93,19 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   }
   const isolation = values.isolation === undefined ? "worker" : oneOf("--isolation", values.isolation, ISOLATIONS);
 
-  const code = await readScript(script, io);
+  const source = await readScript(script, io);
+  let code: string;
+  try {
+    const parsed = parseCodemodeSource(source);
+    code = parsed.code;
+    const fromLine = parsed.options.timeout_ms;
+    if (fromLine !== undefined) options.timeoutMs = Math.min(fromLine, options.timeoutMs ?? fromLine);
+  } catch (error) {
+    if (!(error instanceof CodemodeSourceError)) throw error;
+    io.stderr(`airlock run: ${script}: ${error.message}\n`);
+    return EXIT_FAILED;
+  }
+  if (values.ts) options.typescript = true;
   const storePath = values.store === undefined ? undefined : resolve(io.cwd, values.store);
   const store = storePath === undefined ? undefined : await readStore(storePath, values.store as string);
   if (values.tools !== undefined) options.tools = await loadTools(values.tools, io.cwd);
