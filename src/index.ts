@@ -21,5 +21,4 @@ export {
   type InlineCodemodeSandboxOptions,
 } from "./sandbox/codemode.ts";
 export * from "./source/index.ts";
-export * from "./tools/index.ts";
 export type * from "./types.ts";
