@@ -4,8 +4,8 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, totalmem } from "node:os";
 import {
-  CodemodeSandbox as PiSandbox,
   InlineCodemodeSandbox as PiInline,
+  CodemodeSandbox as PiSandbox,
   loadQuickJSWasm as piWasm,
 } from "@earendil-works/pi-codemode";
 import { CodemodeSandbox, InlineCodemodeSandbox } from "../dist/index.js";
@@ -64,7 +64,9 @@ function row(name, unit, airlock, pi, better = "lower") {
   const ratio = pi === undefined ? undefined : better === "lower" ? pi / airlock : airlock / pi;
   rows.push({ name, unit, airlock, pi, ratio });
   const fmt = (v) => (v === undefined ? "n/a" : v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
-  console.log(`${name.padEnd(44)} ${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`);
+  console.log(
+    `${name.padEnd(44)} ${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`,
+  );
 }
 
 const machine = {
@@ -91,8 +93,18 @@ await timeEach(piWorker, "return 1", 2);
 await timeEach(piInline, "return 1", 3);
 
 // 1. return 1, sequential
-row("1. return 1, worker (median)", "ms", await timeEach(airWorker, "return 1", n(2000, 300)), await timeEach(piWorker, "return 1", n(30, 8)));
-row("1. return 1, inline (median)", "ms", await timeEach(airInline, "return 1", n(2000, 300)), await timeEach(piInline, "return 1", n(60, 15)));
+row(
+  "1. return 1, worker (median)",
+  "ms",
+  await timeEach(airWorker, "return 1", n(2000, 300)),
+  await timeEach(piWorker, "return 1", n(30, 8)),
+);
+row(
+  "1. return 1, inline (median)",
+  "ms",
+  await timeEach(airInline, "return 1", n(2000, 300)),
+  await timeEach(piInline, "return 1", n(60, 15)),
+);
 
 // 2. per-call cost of 100 sequential echo calls in one execution
 row("2. tool call, worker (per call)", "us", await perCall(airWorker, n(50, 10)), await perCall(piWorker, n(10, 3)));
@@ -100,23 +112,61 @@ row("2. tool call, inline (per call)", "us", await perCall(airInline, n(50, 10))
 
 // 3. interpreter-bound loop
 const loop = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
-row("3. 1e6-iteration loop, worker", "ms", await timeEach(airWorker, loop, n(15, 4)), await timeEach(piWorker, loop, n(8, 3)));
-row("3. 1e6-iteration loop, inline", "ms", await timeEach(airInline, loop, n(15, 4)), await timeEach(piInline, loop, n(8, 3)));
+row(
+  "3. 1e6-iteration loop, worker",
+  "ms",
+  await timeEach(airWorker, loop, n(15, 4)),
+  await timeEach(piWorker, loop, n(8, 3)),
+);
+row(
+  "3. 1e6-iteration loop, inline",
+  "ms",
+  await timeEach(airInline, loop, n(15, 4)),
+  await timeEach(piInline, loop, n(8, 3)),
+);
 
 // 4. how late a 100 ms deadline stops while(true){} (pi inline stops by interrupt budget, not deadline: not compared)
-row("4. while(true) stop after deadline, worker", "ms", await stopLateness(airWorker, n(10, 3)), await stopLateness(piWorker, n(5, 2)));
+row(
+  "4. while(true) stop after deadline, worker",
+  "ms",
+  await stopLateness(airWorker, n(10, 3)),
+  await stopLateness(piWorker, n(5, 2)),
+);
 row("4. while(true) stop after deadline, inline", "ms", await stopLateness(airInline, n(10, 3)), undefined);
 
 // 5. throughput with 64 concurrent executions
-row("5. 64 concurrent return 1, worker", "exec/s", await throughput(airWorker, "return 1", 64, n(30, 5)), await throughput(piWorker, "return 1", 64, 1), "higher");
-row("5. 64 concurrent 10 ms tool, worker", "exec/s", await throughput(airWorker, "return await tools.sleep()", 64, n(30, 5)), await throughput(piWorker, "return await tools.sleep()", 64, 1), "higher");
-row("5. 64 concurrent return 1, inline", "exec/s", await throughput(airInline, "return 1", 64, n(30, 5)), await throughput(piInline, "return 1", 64, 1), "higher");
+row(
+  "5. 64 concurrent return 1, worker",
+  "exec/s",
+  await throughput(airWorker, "return 1", 64, n(30, 5)),
+  await throughput(piWorker, "return 1", 64, 1),
+  "higher",
+);
+row(
+  "5. 64 concurrent 10 ms tool, worker",
+  "exec/s",
+  await throughput(airWorker, "return await tools.sleep()", 64, n(30, 5)),
+  await throughput(piWorker, "return await tools.sleep()", 64, 1),
+  "higher",
+);
+row(
+  "5. 64 concurrent return 1, inline",
+  "exec/s",
+  await throughput(airInline, "return 1", 64, n(30, 5)),
+  await throughput(piInline, "return 1", 64, 1),
+  "higher",
+);
 
 await piWorker.close();
 await piInline.close();
 
 // 6. memory over 10,000 executions (Airlock only: the peers need minutes for as many)
-const mixed = ["return 1", "text('x'); return [1, 2, 3]", "await tools.echo({ a: 1 }); return 2", "throw new Error('x')"];
+const mixed = [
+  "return 1",
+  "text('x'); return [1, 2, 3]",
+  "await tools.echo({ a: 1 }); return 2",
+  "throw new Error('x')",
+];
 let rss1000 = 0;
 let peak = 0;
 for (let i = 1; i <= n(10_000, 2_000); i++) {

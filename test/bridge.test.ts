@@ -15,6 +15,7 @@ describe("the worker channel", () => {
     ["an unknown field", "unknown-field", /broke the protocol: done has an unknown field "extra"/],
     ["a message for an execution it was never given", "unknown-exec", /unknown execution/],
     ["a result that is not JSON", "not-json-result", /not JSON/],
+    ["a message that is not a batch", "not-a-batch", /not a batch of events/],
   ])("fails the execution with a sandbox error on %s, and replaces the worker", async (_, code, message) => {
     sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: badWorker, timeoutMs: 5_000 });
     await sandbox.warm();

@@ -157,8 +157,8 @@ export class Execution {
       return;
     }
     const tool = handler.resolve(target, name);
-    const controller = new AbortController();
-    this.open.set(id, { record, startedAt: performance.now(), controller, name });
+    const open: OpenCall = { record, startedAt: performance.now(), controller: undefined, name };
+    this.open.set(id, open);
     if (!tool) {
       // The VM only calls names it was configured with; a resolver may still refuse one.
       queueMicrotask(() => this.answer(id, { ok: false, message: `${name} is not available` }));
@@ -166,9 +166,22 @@ export class Execution {
     }
     // The tool starts at once; its answer always reaches the VM later, from a promise job, never inside the guest's
     // call stack (launchers also defer commands that arrive while their VM runs).
+    // Most tools never look at their signal: it is made when first read (already aborted if the call has ended).
+    const openCalls = this.open;
+    const context = {
+      get signal(): AbortSignal {
+        if (!open.controller) {
+          open.controller = new AbortController();
+          if (!openCalls.has(id) && open.record.status === "cancelled") {
+            open.controller.abort(new Error("the execution ended"));
+          }
+        }
+        return open.controller.signal;
+      },
+    };
     let pending: unknown;
     try {
-      pending = tool.execute(args, { signal: controller.signal });
+      pending = tool.execute(args, context);
     } catch (error) {
       pending = Promise.reject(error);
     }

@@ -7,7 +7,7 @@
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
-import { PROTOCOL_VERSION, parseVmEvent, StopCode, type VmEvent } from "../engine/protocol.ts";
+import { type HostCommand, PROTOCOL_VERSION, parseVmEvent, StopCode, type VmEvent } from "../engine/protocol.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { WorkerData } from "./worker.ts";
 
@@ -15,6 +15,8 @@ import type { WorkerData } from "./worker.ts";
 export const STOP_GRACE_MS = 2_000;
 /** Executions one worker can track at once (the size of its shared stop flags). */
 const SLOTS_PER_WORKER = 4096;
+/** Events one message may carry: a VM turn emits at most its output items plus its calls. */
+const MAX_EVENTS_PER_MESSAGE = 1_000_000;
 
 export interface WorkerPoolOptions {
   module: WebAssembly.Module;
@@ -92,15 +94,39 @@ class PoolWorker {
     return slot;
   }
 
+  /** Commands leave in batches too: the answers to calls that settled in the same turn are one message. */
+  private outbox: HostCommand[] = [];
+
+  send(command: HostCommand): void {
+    if (this.outbox.push(command) === 1) queueMicrotask(() => this.flush());
+  }
+
+  private flush(): void {
+    const commands = this.outbox;
+    this.outbox = [];
+    if (!this.dead) this.worker.postMessage(commands);
+  }
+
   private onMessage(message: unknown): void {
     if (this.dead) return;
-    let event: VmEvent;
-    try {
-      event = parseVmEvent(message);
-    } catch (error) {
-      this.kill(`the worker broke the protocol: ${(error as Error).message}`);
+    if (!Array.isArray(message) || message.length > MAX_EVENTS_PER_MESSAGE) {
+      this.kill("the worker broke the protocol: a message is not a batch of events");
       return;
     }
+    for (const item of message) {
+      if (this.dead) return;
+      let event: VmEvent;
+      try {
+        event = parseVmEvent(item);
+      } catch (error) {
+        this.kill(`the worker broke the protocol: ${(error as Error).message}`);
+        return;
+      }
+      this.dispatch(event);
+    }
+  }
+
+  private dispatch(event: VmEvent): void {
     const entry = this.runs.get(event.exec);
     if (!entry) {
       // Late traffic of a run the host already stopped is expected; a run id it never issued is not.
@@ -186,15 +212,15 @@ export class WorkerPool implements Launcher {
     }
     const entry: RunEntry = { onEvent, slot };
     worker.addRun(exec, entry);
-    worker.worker.postMessage({ type: "run", request: { ...request, exec, slot } });
+    worker.send({ type: "run", request: { ...request, exec, slot } });
     return {
       settle: (id, outcome, seq, now) => {
-        if (worker.runs.has(exec)) worker.worker.postMessage({ type: "settle", exec, id, outcome, seq, now });
+        if (worker.runs.has(exec)) worker.send({ type: "settle", exec, id, outcome, seq, now });
       },
       stop: (reason) => {
         if (!worker.runs.has(exec) || entry.stopTimer) return;
         Atomics.store(worker.flags, slot, reason === "timeout" ? StopCode.timeout : StopCode.aborted);
-        worker.worker.postMessage({ type: "stop", exec, reason });
+        worker.send({ type: "stop", exec, reason });
         entry.stopTimer = setTimeout(() => worker.kill("the worker did not stop a run in time"), STOP_GRACE_MS);
         entry.stopTimer.unref?.();
       },

@@ -3,7 +3,7 @@
  * Airlock's files can point `workerUrl` at a file that imports `airlock/worker`.
  */
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
-import type { HostCommand } from "../engine/protocol.ts";
+import type { HostCommand, VmEvent } from "../engine/protocol.ts";
 import { PROTOCOL_VERSION } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
 
@@ -17,14 +17,30 @@ export interface WorkerData {
 if (!isMainThread && parentPort) {
   const port = parentPort;
   const data = workerData as WorkerData;
-  const runner = new VmRunner({ ...data, emit: (event) => port.postMessage(event) });
+  // Events leave in batches: everything one turn of the VM produced (calls started together, a loop of text()) is one
+  // message, sent once the current command has been handled.
+  let outbox: VmEvent[] = [];
+  const flush = () => {
+    const events = outbox;
+    outbox = [];
+    port.postMessage(events);
+  };
+  const runner = new VmRunner({
+    ...data,
+    emit: (event) => {
+      if (outbox.push(event) === 1) queueMicrotask(flush);
+    },
+  });
   let isReady = false;
   const ready = runner.init().then(() => {
     isReady = true;
   });
-  port.on("message", (command: HostCommand) => {
-    if (isReady) runner.handle(command);
-    else ready.then(() => runner.handle(command));
+  const handleAll = (commands: HostCommand[]) => {
+    for (const command of commands) runner.handle(command);
+  };
+  port.on("message", (commands: HostCommand[]) => {
+    if (isReady) handleAll(commands);
+    else ready.then(() => handleAll(commands));
   });
   ready.then(
     () => port.postMessage({ type: "ready", protocol: PROTOCOL_VERSION, versions: runner.versions }),
