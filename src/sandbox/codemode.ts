@@ -1,7 +1,9 @@
 /** The two sandboxes of the core: a warm worker-thread pool (the default), and the calling thread. */
 import { INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
+import { DeferredLauncher } from "../host/deferred.ts";
 import { InlineLauncher } from "../host/inline.ts";
+import type { Launcher } from "../host/launcher.ts";
 import { WorkerPool } from "../host/worker-pool.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { CodemodeSandboxBase } from "./base.ts";
@@ -10,8 +12,8 @@ import { CodemodeSandboxBase } from "./base.ts";
 export const DEFAULT_VMS_PER_THREAD = 64;
 
 export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
-  /** Compiled QuickJS module, usually from `loadQuickJSWasm()`; default: the installed `quickjs-wasi` binary. */
-  wasm?: WebAssembly.Module;
+  /** Compiled QuickJS module (or a promise of it), usually from `loadQuickJSWasm()`; default: the installed binary. */
+  wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
   /** Worker entry; default: Airlock's own. Pass a file that imports `airlock/worker` when Airlock is bundled. */
   workerUrl?: string | URL;
   /** Worker threads in the pool; default: the machine's available parallelism. */
@@ -21,7 +23,7 @@ export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
 }
 
 export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
-  wasm?: WebAssembly.Module;
+  wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
   /** VMs kept on this thread for concurrent executions; default `DEFAULT_VMS_PER_THREAD`. */
   maxVms?: number;
 }
@@ -31,27 +33,28 @@ export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions
  * computes occupies one worker, never the caller's thread, and a worker that does not stop is terminated.
  */
 export class CodemodeSandbox extends CodemodeSandboxBase {
-  private readonly pool: WorkerPool;
+  private readonly pool: WorkerPool | DeferredLauncher<WorkerPool>;
 
   constructor(options: CodemodeSandboxOptions = {}) {
-    const pool = new WorkerPool({
-      module: options.wasm ?? loadQuickJSWasm(),
-      size: checkCount(options.poolSize, "poolSize"),
-      maxVmsPerWorker: checkCount(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD,
-      workerUrl: options.workerUrl,
-    });
+    const size = checkCount(options.poolSize, "poolSize");
+    const maxVmsPerWorker = checkCount(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD;
+    const make = (module: WebAssembly.Module) =>
+      new WorkerPool({ module, size, maxVmsPerWorker, workerUrl: options.workerUrl });
+    const pool = withModule(options.wasm, make);
     super(options, pool);
     this.pool = pool;
   }
 
   /** Resolves once every worker has booted; executions wait for this by themselves. */
-  warm(): Promise<void> {
-    return this.pool.warm();
+  async warm(): Promise<void> {
+    await this.pool.warm();
+    if (this.pool instanceof DeferredLauncher) await this.pool.inner?.warm();
   }
 
   /** Live worker threads. */
   get threadCount(): number {
-    return this.pool.threadCount;
+    const pool = this.pool instanceof DeferredLauncher ? this.pool.inner : this.pool;
+    return pool?.threadCount ?? 0;
   }
 }
 
@@ -60,21 +63,34 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
  * deadline interrupts it; a single long built-in call (a huge regular expression) cannot be pre-empted here.
  */
 export class InlineCodemodeSandbox extends CodemodeSandboxBase {
-  private readonly inline: InlineLauncher;
+  private readonly inline: InlineLauncher | DeferredLauncher<InlineLauncher>;
 
   constructor(options: InlineCodemodeSandboxOptions = {}) {
-    const inline = new InlineLauncher({
-      module: options.wasm ?? loadQuickJSWasm(),
-      maxStackSize: INLINE_MAX_STACK_SIZE,
-      maxVms: checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD,
-    });
+    const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
+    const make = (module: WebAssembly.Module) =>
+      new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms });
+    const inline = withModule(options.wasm, make);
     super(options, inline);
     this.inline = inline;
   }
 
-  warm(): Promise<void> {
-    return this.inline.warm();
+  async warm(): Promise<void> {
+    await this.inline.warm();
+    if (this.inline instanceof DeferredLauncher) await this.inline.inner?.warm();
   }
+}
+
+/** The launcher at once for a module (or the default one), or once a promised module has compiled. */
+function withModule<L extends Launcher>(
+  wasm: WebAssembly.Module | Promise<WebAssembly.Module> | undefined,
+  make: (module: WebAssembly.Module) => L,
+): L | DeferredLauncher<L> {
+  if (wasm === undefined) return make(loadQuickJSWasm());
+  if (wasm instanceof WebAssembly.Module) return make(wasm);
+  if (typeof (wasm as Promise<unknown>)?.then !== "function") {
+    throw new TypeError("wasm must be a WebAssembly.Module or a promise of one, for example loadQuickJSWasm()");
+  }
+  return new DeferredLauncher(Promise.resolve(wasm).then(make));
 }
 
 function checkCount(value: unknown, name: string): number | undefined {
