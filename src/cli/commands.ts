@@ -4,6 +4,7 @@
  */
 import { declarationsCommand } from "./declarations.ts";
 import { runCommand } from "./run.ts";
+import { serveCommand } from "./serve.ts";
 
 /** What a command may touch of the process, so that it never reaches for globals it does not need. */
 export interface CliIo {
@@ -28,7 +29,7 @@ export interface Command {
   run(argv: string[], io: CliIo): Promise<number>;
 }
 
-export const commands: readonly Command[] = [runCommand, declarationsCommand];
+export const commands: readonly Command[] = [runCommand, declarationsCommand, serveCommand];
 
 export function findCommand(name: string): Command | undefined {
   return commands.find((command) => command.name === name);

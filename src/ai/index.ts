@@ -1,0 +1,308 @@
+/**
+ * `airlock/ai`: code mode for the AI SDK. `createCodeTool({ tools })` turns a set of AI SDK tools into one tool whose
+ * description declares them in TypeScript and whose input is a program that calls them as `tools.<name>(args)`.
+ */
+import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
+import { z } from "zod";
+import { isZodSchema, renderDeclarations } from "../declarations/index.ts";
+import { toCodemodeIdentifier } from "../identifier.ts";
+import type { CodemodeSandboxBase } from "../sandbox/base.ts";
+import { CodemodeSandbox } from "../sandbox/codemode.ts";
+import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
+import type { CodemodeError, CodemodeHostCall, CodemodeOutputItem, CodemodeResult } from "../types.ts";
+
+/** What `toModelOutput` returns (the AI SDK does not export the type by name). */
+type ToolResultOutput = Awaited<ReturnType<NonNullable<Tool["toModelOutput"]>>>;
+
+/** Default deadline of one run of the model's program. */
+export const DEFAULT_CODE_TOOL_TIMEOUT_MS = 60_000;
+
+export interface CreateCodeToolOptions {
+  /** The AI SDK tools the program may call, by name (as `generateText` takes them). */
+  tools: Record<string, Tool>;
+  /**
+   * The sandbox that runs the programs; nothing is registered on it. Default: a worker-pool sandbox of one thread,
+   * created on the first run and released by `close()`.
+   */
+  sandbox?: CodemodeSandboxBase;
+  /** Deadline of one run in ms, tool calls included; a program's `timeout_ms` can only lower it. */
+  timeoutMs?: number;
+  /** Replaces the first paragraph of the description (what the tool is for); the rules and declarations follow. */
+  description?: string;
+}
+
+/** What one run gives back: the output in order and the returned value, or the error. */
+export type CodeToolResult =
+  | { ok: true; output: CodemodeOutputItem[]; value?: unknown }
+  | { ok: false; output: CodemodeOutputItem[]; error: CodemodeError };
+
+/** The code tool: an AI SDK tool, plus its declarations and a `close()` for the sandbox it created. */
+export type CodeTool = Tool<{ code: string }, CodeToolResult> & {
+  /** The TypeScript declarations of the tools, as the description carries them. */
+  readonly declarations: string;
+  /** Releases the sandbox the tool created (a sandbox passed in is left open). */
+  close(): Promise<void>;
+};
+
+interface Callable {
+  name: string;
+  id: string;
+  tool: Tool;
+}
+
+/**
+ * One AI SDK tool for a set of AI SDK tools. Tools without `execute` (client-side or provider-executed) and tools
+ * that need approval are left out: a program cannot stop for either. Arguments a program passes are validated with
+ * the tool's own input schema before its `execute` runs; each call gets the code tool's `messages`, `abortSignal`
+ * (aborted too when the program ends first) and `experimental_context`, and a `toolCallId` of the form
+ * `<code tool call id>/<n>`.
+ */
+export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
+  if (options === null || typeof options !== "object" || options.tools === null || typeof options.tools !== "object") {
+    throw new TypeError("createCodeTool({ tools }) needs an object of AI SDK tools");
+  }
+  const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
+  if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
+    throw new RangeError(`timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`);
+  }
+  const callable = selectTools(options.tools);
+  const byName = new Map(callable.map((entry) => [entry.name, entry]));
+  const declarations = renderDeclarations({ tools: callable.map(toToolLike) });
+  let ownSandbox: CodemodeSandbox | undefined;
+  const sandbox = () => {
+    if (options.sandbox) return options.sandbox;
+    ownSandbox ??= new CodemodeSandbox({ poolSize: 1, timeoutMs });
+    return ownSandbox;
+  };
+
+  const codeTool = tool({
+    description: describe(options.description, declarations, timeoutMs),
+    inputSchema: z.object({
+      code: z.string().describe("The program: the body of an async function, in JavaScript or TypeScript"),
+    }),
+    execute: async ({ code }, context) => run(sandbox(), code, byName, callable, timeoutMs, context),
+    toModelOutput: ({ output }) => toModelOutput(output),
+  });
+  return Object.assign(codeTool, {
+    declarations,
+    async close() {
+      await ownSandbox?.close();
+      ownSandbox = undefined;
+    },
+  }) as CodeTool;
+}
+
+function selectTools(tools: Record<string, Tool>): Callable[] {
+  const seen = new Map<string, string>();
+  const out: Callable[] = [];
+  for (const [name, entry] of Object.entries(tools)) {
+    if (entry === null || typeof entry !== "object") throw new TypeError(`tool "${name}" is not an AI SDK tool`);
+    if (typeof entry.execute !== "function" || entry.type === "provider") continue;
+    if (entry.needsApproval !== undefined && entry.needsApproval !== false) continue;
+    const id = toCodemodeIdentifier(name);
+    const other = seen.get(id);
+    if (other !== undefined) throw new Error(`tools "${other}" and "${name}" would both be tools.${id}; rename one`);
+    seen.set(id, name);
+    out.push({ name, id, tool: entry });
+  }
+  return out;
+}
+
+/** What the declarations renderer reads: zod schemas as they are, other schemas as their JSON Schema. */
+function toToolLike({ name, tool: entry }: Callable) {
+  const output = (entry as { outputSchema?: unknown }).outputSchema;
+  return {
+    name,
+    ...(entry.description === undefined ? {} : { description: entry.description }),
+    inputSchema: schemaForDeclarations(entry.inputSchema),
+    ...(output === undefined ? {} : { outputSchema: schemaForDeclarations(output) }),
+  };
+}
+
+function schemaForDeclarations(schema: unknown): unknown {
+  if (schema === undefined || isZodSchema(schema)) return schema;
+  try {
+    const json = asSchema(schema as Parameters<typeof asSchema>[0]).jsonSchema;
+    // A schema whose JSON Schema is only known asynchronously is declared as `unknown`.
+    return typeof (json as PromiseLike<unknown>)?.then === "function" ? undefined : json;
+  } catch {
+    return undefined;
+  }
+}
+
+function describe(purpose: string | undefined, declarations: string, timeoutMs: number): string {
+  const first =
+    purpose ??
+    "Run a JavaScript program that calls the tools below and get back what it prints and returns. Prefer one program that does all the steps over many tool calls: intermediate results stay in the program.";
+  return [
+    first,
+    "",
+    "The program is the body of an async function (TypeScript types are allowed and stripped): use await and return at the top level.",
+    "- tools.<name>(args) calls a tool with one object of arguments and resolves to its result; a failing tool rejects with an Error. Run independent calls together with Promise.all.",
+    '- text(value) and console.log(...) print; image(img) shows an image ({ type: "image", data, mimeType } or a data: URL); the return value comes back last.',
+    "- There is no fetch, require, import, process, file system or timers.",
+    `- An optional first line lowers the deadline: // @options: {"timeout_ms": 10000} (at most ${timeoutMs} ms).`,
+    "- A failed run gives the error kind (script, timeout, aborted, sandbox), its message and stack (codemode.js:<line>).",
+    "",
+    "```ts",
+    declarations === "" ? "declare const tools: {};" : declarations,
+    "```",
+  ].join("\n");
+}
+
+async function run(
+  sandbox: CodemodeSandboxBase,
+  code: string,
+  byName: Map<string, Callable>,
+  callable: Callable[],
+  maxTimeoutMs: number,
+  context: ToolExecutionOptions,
+): Promise<CodeToolResult> {
+  let script: string;
+  let timeoutMs = maxTimeoutMs;
+  try {
+    const parsed = parseCodemodeSource(code);
+    script = stripTypeScript(parsed.code);
+    timeoutMs = Math.min(parsed.options.timeout_ms ?? timeoutMs, timeoutMs);
+  } catch (error) {
+    if (!(error instanceof CodemodeSourceError)) throw error;
+    const stack =
+      error.line === undefined
+        ? undefined
+        : `    at codemode.js:${error.line}${error.column ? `:${error.column}` : ""}`;
+    return {
+      ok: false,
+      output: [],
+      error: { kind: "script", name: error.name, message: error.message, ...(stack ? { stack } : {}) },
+    };
+  }
+  const controllers = new Set<AbortController>();
+  let seq = 0;
+  let calls = 0;
+  // A deterministic run takes its tools per run, so concurrent runs each answer their own calls with their own context.
+  const handle = (call: CodemodeHostCall) => {
+    const entry = byName.get(call.name);
+    const controller = new AbortController();
+    controllers.add(controller);
+    const onAbort = () => controller.abort(context.abortSignal?.reason);
+    context.abortSignal?.addEventListener("abort", onAbort, { once: true });
+    const callId = `${context.toolCallId}/${++calls}`;
+    const invoke = async () => {
+      if (entry === undefined) throw new Error(`no tool named ${call.name}`);
+      return callTool(entry, call.args, {
+        ...context,
+        toolCallId: callId,
+        abortSignal: controller.signal,
+      });
+    };
+    invoke().then(
+      (value) => deliver(call.id, { ok: true, value }),
+      (error: unknown) => deliver(call.id, { ok: false, message: errorMessage(error) }),
+    );
+    function deliver(id: number, outcome: { ok: true; value: unknown } | { ok: false; message: string }) {
+      context.abortSignal?.removeEventListener("abort", onAbort);
+      controllers.delete(controller);
+      if (running.finished) return;
+      try {
+        running.deliver(++seq, Date.now(), id, outcome.ok ? { ok: true, value: toJson(outcome.value) } : outcome);
+      } catch (error) {
+        running.deliver(seq, Date.now(), id, { ok: false, message: `the result is not JSON: ${errorMessage(error)}` });
+      }
+    }
+  };
+  const running = sandbox.start(script, {
+    startedAt: Date.now(),
+    seed: Math.floor(Math.random() * 0xffffffff),
+    tools: callable.map((entry) => ({ name: entry.name, jsName: entry.id, description: entry.tool.description ?? "" })),
+    timeoutMs,
+    ...(context.abortSignal === undefined ? {} : { signal: context.abortSignal }),
+    onCall: handle,
+  });
+  let result: CodemodeResult;
+  try {
+    result = await running.result;
+  } finally {
+    // Calls still running when the program ended are cancelled.
+    for (const controller of controllers) controller.abort(new Error("the program ended before the call finished"));
+  }
+  return result.ok
+    ? { ok: true, output: result.output, ...(result.value === undefined ? {} : { value: result.value }) }
+    : { ok: false, output: result.output, error: result.error };
+}
+
+async function callTool(entry: Callable, args: unknown, options: ToolExecutionOptions): Promise<unknown> {
+  let input = args ?? {};
+  const schema = asSchema(entry.tool.inputSchema);
+  if (schema.validate !== undefined) {
+    const checked = await schema.validate(input);
+    if (!checked.success)
+      throw new TypeError(`invalid arguments for tools.${entry.id}: ${validationMessage(checked.error)}`);
+    input = checked.value;
+  }
+  const execute = entry.tool.execute as (input: unknown, options: ToolExecutionOptions) => unknown;
+  const output = execute(input, options);
+  if (isAsyncIterable(output)) {
+    // A streaming tool's last value is its result.
+    let last: unknown;
+    for await (const value of output) last = value;
+    return last;
+  }
+  return await output;
+}
+
+function toModelOutput(output: CodeToolResult): ToolResultOutput {
+  const value: Extract<ToolResultOutput, { type: "content" }>["value"] = [];
+  let lines: string[] = [];
+  const flush = () => {
+    if (lines.length > 0) value.push({ type: "text", text: lines.join("\n") });
+    lines = [];
+  };
+  if (!output.ok) {
+    const { kind, name, message, stack } = output.error;
+    const head = name ? `${name}: ${message}` : message;
+    const rest = stack?.startsWith(head) ? stack.slice(head.length).replace(/^\n/, "") : (stack ?? "");
+    value.push({ type: "text", text: `Error (${kind}): ${head}${rest.trim() === "" ? "" : `\n${rest.trimEnd()}`}` });
+    if (output.output.length > 0) value.push({ type: "text", text: "Output before the error:" });
+  }
+  for (const item of output.output) {
+    if (item.type === "image") {
+      flush();
+      value.push({ type: "image-data", data: item.data, mediaType: item.mimeType });
+    } else lines.push(item.text);
+  }
+  flush();
+  if (output.ok && output.value !== undefined) {
+    value.push({
+      type: "text",
+      text: typeof output.value === "string" ? output.value : JSON.stringify(output.value, null, 2),
+    });
+  }
+  if (value.length === 0) value.push({ type: "text", text: "(The program printed nothing and returned undefined.)" });
+  return { type: "content", value };
+}
+
+/** A schema's complaint in one line: `path: message` for each zod issue, otherwise the error's message. */
+function validationMessage(error: Error): string {
+  const issues = (error.cause as { issues?: unknown } | undefined)?.issues ?? (error as { issues?: unknown }).issues;
+  if (!Array.isArray(issues) || issues.length === 0) return error.message;
+  return issues
+    .map((issue: { path?: PropertyKey[]; message?: string }) => {
+      const path = (issue.path ?? []).map(String).join(".");
+      return `${path === "" ? "(arguments)" : path}: ${issue.message ?? "invalid"}`;
+    })
+    .join("; ");
+}
+
+function toJson(value: unknown): unknown {
+  if (value === undefined) return null;
+  const text = JSON.stringify(value);
+  return text === undefined ? null : JSON.parse(text);
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
+  return typeof value === "object" && value !== null && Symbol.asyncIterator in value;
+}

@@ -1,0 +1,196 @@
+/** `airlock serve --config <mcp.json>`: the code-mode MCP gateway, over stdio or Streamable HTTP. */
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+import {
+  DEFAULT_GATEWAY_TIMEOUT_MS,
+  DEFAULT_HTTP_HOST,
+  DEFAULT_MAX_OUTPUT_TOKENS,
+  loadMcpConfig,
+  McpConfigError,
+  McpGateway,
+  McpToolCollisionError,
+  McpUpstreamError,
+  serveGatewayHttp,
+  serveGatewayStdio,
+} from "../mcp/index.ts";
+import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
+import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
+import { EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
+import type { CliIo, Command } from "./commands.ts";
+
+/** The largest deadline a Node.js timer can hold. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+/** The sandbox's heap cap goes up to 4 GiB. */
+const MAX_MEMORY_MIB = 4096;
+
+const USAGE = `Usage: airlock serve --config <mcp.json> [options]
+
+Runs an MCP server that puts the tools of other MCP servers behind three tools: search (find tools by words),
+describe (their TypeScript declarations) and execute (run a program that calls them in the sandbox). The model
+writes one program instead of calling tools one at a time; in it, tool <tool> of server <server> is
+tools.<server>__<tool>(args), with characters other than letters, digits, _ and $ written as _.
+
+The config has the format desktop MCP clients use:
+  { "mcpServers": {
+      "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."], "env": {} },
+      "remote": { "url": "https://example.com/mcp", "headers": { "Authorization": "Bearer \${TOKEN}" } } } }
+Per server, "tools": ["name", ...] exposes only those tools and "readOnly": true only the tools annotated
+readOnlyHint: true; "readOnly": true at the top applies to every server. \${VAR} reads the environment.
+
+Options:
+  --config <file>            The MCP servers (required)
+  --http <port>              Serve Streamable HTTP at http://<host>:<port>/mcp instead of stdio (0: a free port)
+  --host <address>           Address to bind with --http (default ${DEFAULT_HTTP_HOST}: this machine only)
+  --timeout <ms>             Deadline of one execution (default ${DEFAULT_GATEWAY_TIMEOUT_MS})
+  --memory <MiB>             Heap cap of one execution (default ${DEFAULT_MEMORY_LIMIT_BYTES / 1024 / 1024})
+  --max-output-tokens <n>    Most tokens of text one execution returns; the rest is cut, with a note
+                             (default ${DEFAULT_MAX_OUTPUT_TOKENS})
+  --read-only                Expose only tools annotated readOnlyHint: true, from every server
+  -h, --help                 Show this help
+
+A script's first line may lower the limits for its own run: // @options: {"timeout_ms": 5000, "max_output_tokens": 800}.
+Logs, and what the upstream servers write to stderr, go to stderr. The server runs until stdin closes (stdio) or
+it gets SIGINT or SIGTERM.
+
+Exit status: 0 stopped normally, 1 an upstream server did not start or tool names collide, 2 bad usage or config.
+`;
+
+const flags = {
+  config: { type: "string" },
+  http: { type: "string" },
+  host: { type: "string" },
+  timeout: { type: "string" },
+  memory: { type: "string" },
+  "max-output-tokens": { type: "string" },
+  "read-only": { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+export const serveCommand: Command = {
+  name: "serve",
+  synopsis: "serve --config <mcp.json>",
+  summary: "Serve MCP servers' tools as one code-mode MCP server (search, describe, execute)",
+  usage: USAGE,
+  run: serve,
+};
+
+/** Runs the gateway until the client goes away or the process is told to stop; resolves to the exit status. */
+export async function serve(argv: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags(argv, flags);
+  if (values.help) {
+    io.stdout(USAGE);
+    return EXIT_OK;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected argument ${positionals[0]}`);
+  if (values.config === undefined) throw new UsageError("missing --config <mcp.json>");
+  if (values.host !== undefined && values.http === undefined) throw new UsageError("--host needs --http <port>");
+  const port = values.http === undefined ? undefined : portNumber(values.http);
+  const timeoutMs =
+    values.timeout === undefined
+      ? DEFAULT_GATEWAY_TIMEOUT_MS
+      : positiveInteger("--timeout", values.timeout, MAX_TIMEOUT_MS, "milliseconds");
+  const memoryLimitBytes =
+    values.memory === undefined
+      ? DEFAULT_MEMORY_LIMIT_BYTES
+      : positiveInteger("--memory", values.memory, MAX_MEMORY_MIB, "MiB") * 1024 * 1024;
+  const maxOutputTokens =
+    values["max-output-tokens"] === undefined
+      ? DEFAULT_MAX_OUTPUT_TOKENS
+      : positiveInteger(
+          "--max-output-tokens",
+          values["max-output-tokens"],
+          CODEMODE_OPTIONS_LIMITS.max_output_tokens,
+          "tokens",
+        );
+  const readOnly = values["read-only"] === true;
+
+  let config: Awaited<ReturnType<typeof loadMcpConfig>>;
+  try {
+    config = await loadMcpConfig(resolve(io.cwd, values.config), { readOnly });
+  } catch (error) {
+    if (error instanceof McpConfigError) throw new UsageError(error.message);
+    throw error;
+  }
+  const log = (text: string) => io.stderr(`airlock serve: ${text}\n`);
+  for (const warning of config.warnings) log(`warning: ${warning}`);
+
+  let gateway: McpGateway;
+  try {
+    gateway = await McpGateway.start(config, {
+      readOnly,
+      timeoutMs,
+      memoryLimitBytes,
+      maxOutputTokens,
+      serverInfo: { name: "airlock", version: packageVersion() },
+      clientInfo: { name: "airlock", version: packageVersion() },
+      onStderr: upstreamLogger(io),
+      onWarning: (warning) => log(`warning: ${warning}`),
+    });
+  } catch (error) {
+    if (error instanceof McpUpstreamError || error instanceof McpToolCollisionError) {
+      log(error.message);
+      return EXIT_FAILED;
+    }
+    throw error;
+  }
+  const counts = gateway.toolset.upstreams.map(
+    (upstream) => `${upstream.name} (${gateway.tools.filter((tool) => tool.server === upstream.name).length})`,
+  );
+  log(`${gateway.tools.length} tools from ${counts.join(", ") || "no servers"}${readOnly ? ", read-only" : ""}`);
+
+  let stop: (signal: string) => void = () => {};
+  const stopped = new Promise<string>((done) => {
+    stop = done;
+  });
+  const stopInterrupt = io.onInterrupt(() => stop("SIGINT"));
+  const onTerm = () => stop("SIGTERM");
+  process.on("SIGTERM", onTerm);
+  try {
+    if (port === undefined) {
+      const serving = await serveGatewayStdio(gateway);
+      await Promise.race([serving.closed, stopped]);
+      await serving.close();
+    } else {
+      const host = values.host ?? DEFAULT_HTTP_HOST;
+      const serving = await serveGatewayHttp(gateway, { port, host });
+      log(`listening on ${serving.url}`);
+      if (host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
+        log(`warning: bound to ${host}: anyone who can reach it can run programs against the upstream tools`);
+      }
+      await stopped;
+      await serving.close();
+    }
+  } finally {
+    // Signals that arrive while the upstream servers are being stopped wait for that to finish.
+    await gateway.close();
+    stopInterrupt();
+    process.off("SIGTERM", onTerm);
+  }
+  return EXIT_OK;
+}
+
+function portNumber(value: string): number {
+  const n = /^\d+$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isInteger(n) || n < 0 || n > 65535) {
+    throw new UsageError(`--http must be a port number from 0 to 65535, got "${value}"`);
+  }
+  return n;
+}
+
+/** Upstream stderr, line by line, each line prefixed with the server's name. */
+function upstreamLogger(io: CliIo): (server: string, text: string) => void {
+  const partial = new Map<string, string>();
+  return (server, text) => {
+    const lines = ((partial.get(server) ?? "") + text).split("\n");
+    partial.set(server, lines.pop() ?? "");
+    for (const line of lines) io.stderr(`[${server}] ${line}\n`);
+  };
+}
+
+let version: string | undefined;
+
+function packageVersion(): string {
+  version ??= (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string })
+    .version;
+  return version;
+}

@@ -1,0 +1,63 @@
+/**
+ * `airlock/mcp`: MCP servers as sandbox tools, and the code-mode gateway (`airlock serve`).
+ *
+ * Upstream tools are named `<server>__<tool>` (see `mcpToolName`): `tools.github__create_issue(args)` in a script.
+ */
+export {
+  loadMcpConfig,
+  type McpConfig,
+  type McpHttpServerConfig,
+  type McpServerConfig,
+  type McpServerSpec,
+  type McpStdioServerConfig,
+  type ParsedMcpConfig,
+  type ParseMcpConfigOptions,
+  parseMcpConfig,
+} from "./config.ts";
+export { McpConfigError, McpToolCollisionError, McpUpstreamError } from "./errors.ts";
+export {
+  DEFAULT_GATEWAY_TIMEOUT_MS,
+  DEFAULT_INLINE_DECLARATIONS_MAX_CHARS,
+  DEFAULT_MAX_OUTPUT_TOKENS,
+  DEFAULT_SEARCH_LIMIT,
+  type GatewayExecuteOptions,
+  MAX_DESCRIBE_NAMES,
+  MAX_SEARCH_LIMIT,
+  McpGateway,
+  type McpGatewayOptions,
+  startMcpGateway,
+} from "./gateway.ts";
+export { MCP_TOOL_SEPARATOR, mcpToolName } from "./names.ts";
+export {
+  EMPTY_RUN_TEXT,
+  formatRunError,
+  formatRunResult,
+  type McpContentBlock,
+  type McpToolResult,
+} from "./output.ts";
+export { callResultErrorMessage, callResultToValue, type McpCallResult, type McpImageValue } from "./result.ts";
+export {
+  DEFAULT_HTTP_HOST,
+  DEFAULT_HTTP_PATH,
+  type HttpServing,
+  MAX_HTTP_BODY_BYTES,
+  type ServeHttpOptions,
+  type ServeStdioOptions,
+  type StdioServing,
+  serveGatewayHttp,
+  serveGatewayStdio,
+} from "./serve.ts";
+export { countTokens, cutToTokens, OUTPUT_TOKEN_ENCODING, OUTPUT_TOKEN_FALLBACK, tokenUnit } from "./tokens.ts";
+export { type ConnectMcpServersOptions, connectMcpServers, type McpTool, McpToolset } from "./toolset.ts";
+export {
+  DEFAULT_CALL_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  HTTP_TERMINATE_TIMEOUT_MS,
+  MAX_TOOL_LIST_PAGES,
+  type McpCallOptions,
+  McpUpstream,
+  type McpUpstreamOptions,
+  STDERR_TAIL_CHARS,
+  STDERR_TAIL_LINES,
+  STDIO_EXIT_GRACE_MS,
+} from "./upstream.ts";

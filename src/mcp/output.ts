@@ -1,0 +1,119 @@
+/** A run's result as the content of an MCP `tools/call` result. */
+import type { CodemodeError, CodemodeOutputItem, CodemodeResult } from "../types.ts";
+import { cutToTokens, tokenUnit } from "./tokens.ts";
+
+export type McpTextBlock = { type: "text"; text: string };
+export type McpImageBlock = { type: "image"; data: string; mimeType: string };
+export type McpContentBlock = McpTextBlock | McpImageBlock;
+
+export interface McpToolResult {
+  [key: string]: unknown;
+  content: McpContentBlock[];
+  isError?: boolean;
+}
+
+/** Names of failed tool calls listed under a run's error. */
+export const MAX_FAILED_CALLS_SHOWN = 10;
+
+/** Text of a run that printed nothing and returned nothing. */
+export const EMPTY_RUN_TEXT = "(The script printed nothing and returned undefined.)";
+
+export interface FormatOptions {
+  /** Most tokens of text the result may carry (images are not counted). */
+  maxOutputTokens: number;
+  /** The largest `max_output_tokens` a script may ask for, for the note on a cut output. */
+  maxOutputTokensLimit?: number;
+}
+
+/**
+ * Content of a finished run. A successful run gives its output in order (consecutive text and console lines joined
+ * into one text block, images as image blocks), then its value (a string as it is, anything else as JSON). A failed
+ * run is `isError`, with the error first: `Error (<kind>): <name>: <message>` and the stack lines, then "Output before
+ * the error:" and the output. All text together is cut to `maxOutputTokens` tokens, with a note saying so.
+ */
+export async function formatRunResult(result: CodemodeResult, options: FormatOptions): Promise<McpToolResult> {
+  const blocks: McpContentBlock[] = [];
+  if (!result.ok) {
+    const failed = [...new Set(result.calls.filter((call) => call.status === "error").map((call) => call.name))];
+    const calls =
+      failed.length === 0
+        ? ""
+        : `\nTool calls that failed: ${failed
+            .slice(0, MAX_FAILED_CALLS_SHOWN)
+            .map((name) => `tools.${name}`)
+            .join(", ")}${failed.length > MAX_FAILED_CALLS_SHOWN ? ", ..." : ""}`;
+    blocks.push({ type: "text", text: formatRunError(result.error) + calls });
+    if (result.output.length > 0) {
+      blocks.push({ type: "text", text: "Output before the error:" });
+      blocks.push(...outputBlocks(result.output));
+    }
+  } else {
+    blocks.push(...outputBlocks(result.output));
+    const value = formatValue(result.value);
+    if (value !== undefined) blocks.push({ type: "text", text: value });
+    if (blocks.length === 0) blocks.push({ type: "text", text: EMPTY_RUN_TEXT });
+  }
+  const content = await cutBlocks(blocks, options);
+  return result.ok ? { content } : { content, isError: true };
+}
+
+/** An error for the model: kind, name and message on the first line, then the script's stack frames. */
+export function formatRunError(error: CodemodeError): string {
+  const head = error.name ? `${error.name}: ${error.message}` : error.message;
+  let text = `Error (${error.kind}): ${head}`;
+  if (error.stack) {
+    const stack = error.stack.startsWith(head) ? error.stack.slice(head.length).replace(/^\n/, "") : error.stack;
+    const lines = stack.split("\n").filter((line) => line.trim() !== "");
+    if (lines.length > 0) text += `\n${lines.join("\n")}`;
+  }
+  return text;
+}
+
+function outputBlocks(items: readonly CodemodeOutputItem[]): McpContentBlock[] {
+  const blocks: McpContentBlock[] = [];
+  let lines: string[] = [];
+  const flush = () => {
+    if (lines.length > 0) blocks.push({ type: "text", text: lines.join("\n") });
+    lines = [];
+  };
+  for (const item of items) {
+    if (item.type === "image") {
+      flush();
+      blocks.push({ type: "image", data: item.data, mimeType: item.mimeType });
+    } else lines.push(item.text);
+  }
+  flush();
+  return blocks;
+}
+
+function formatValue(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === "string") return value;
+  return JSON.stringify(value, null, 2);
+}
+
+async function cutBlocks(blocks: McpContentBlock[], options: FormatOptions): Promise<McpContentBlock[]> {
+  const texts = blocks.filter((block): block is McpTextBlock => block.type === "text").map((block) => block.text);
+  const { texts: kept, cut } = await cutToTokens(texts, options.maxOutputTokens);
+  if (!cut) return blocks;
+  const total = texts.reduce((sum, text) => sum + text.length, 0);
+  const out: McpContentBlock[] = [];
+  let i = 0;
+  for (const block of blocks) {
+    if (block.type === "image") out.push(block);
+    else {
+      const text = kept[i++] as string;
+      if (text !== "") out.push({ type: "text", text });
+    }
+  }
+  const limit = options.maxOutputTokensLimit ?? options.maxOutputTokens;
+  const raise =
+    limit > options.maxOutputTokens
+      ? ` To see more, return less or set a higher limit on the script's first line, for example // @options: {"max_output_tokens": ${limit}} (at most ${limit}).`
+      : " To see more, return or print less: for example filter, summarize or page through the data in the script.";
+  out.push({
+    type: "text",
+    text: `[Output cut: the text above is the first ${options.maxOutputTokens} tokens (${await tokenUnit()}) of ${total} characters.${raise}]`,
+  });
+  return out;
+}

@@ -1,0 +1,400 @@
+/**
+ * One upstream MCP server: starting it (stdio) or reaching it (Streamable HTTP) with the official SDK's `Client`,
+ * listing its tools page by page, calling them with cancellation, and reconnecting once when it died.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import { type CallToolResult, ErrorCode, McpError, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { McpServerSpec } from "./config.ts";
+import { McpUpstreamError } from "./errors.ts";
+
+/** How long starting a server and its MCP handshake may take (an `npx` server may have to be downloaded first). */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 60_000;
+/** How long one `tools/call` may take when nothing aborts it sooner (a sandbox deadline aborts it). */
+export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
+/** Pages of `tools/list` followed before giving up on a server that never stops paging. */
+export const MAX_TOOL_LIST_PAGES = 1000;
+/** Characters of a stdio server's stderr kept for error messages. */
+export const STDERR_TAIL_CHARS = 4000;
+/** How long a stdio server has to exit by itself after its stdin was closed, before it gets SIGTERM. */
+export const STDIO_EXIT_GRACE_MS = 300;
+/** How long closing waits for an HTTP server to confirm the end of its session. */
+export const HTTP_TERMINATE_TIMEOUT_MS = 1000;
+/** Lines of that stderr shown in an error message. */
+export const STDERR_TAIL_LINES = 20;
+
+export interface McpUpstreamOptions {
+  /** How Airlock introduces itself to upstream servers. Default `{ name: "airlock", version: "0.1.0" }`. */
+  clientInfo?: { name: string; version: string };
+  /** Default `DEFAULT_CONNECT_TIMEOUT_MS`. */
+  connectTimeoutMs?: number;
+  /** Default `DEFAULT_CALL_TIMEOUT_MS`. */
+  callTimeoutMs?: number;
+  /** Receives what a stdio server writes to stderr, as it arrives. Default: kept for error messages only. */
+  onStderr?: (server: string, text: string) => void;
+  /** Called when the server's tool list changed (it sent `notifications/tools/list_changed`). */
+  onToolsChanged?: (server: string) => void;
+}
+
+export interface McpCallOptions {
+  signal?: AbortSignal;
+  /**
+   * The call may be sent again when the connection was lost while it ran (its annotations say it is read-only or
+   * idempotent). Calls that were never delivered are always sent again after a reconnect.
+   */
+  repeatable?: boolean;
+}
+
+type Failure = "not-sent" | "lost" | "other";
+
+/** A connection to one upstream server, reconnected on demand. */
+export class McpUpstream {
+  readonly spec: McpServerSpec;
+  private client: Client | undefined;
+  private connecting: Promise<Client> | undefined;
+  private stderr = "";
+  private closed = false;
+  private reconnectCount = 0;
+  private opened = false;
+  private readonly clientInfo: { name: string; version: string };
+  private readonly connectTimeoutMs: number;
+  private readonly callTimeoutMs: number;
+
+  constructor(
+    spec: McpServerSpec,
+    private readonly options: McpUpstreamOptions = {},
+  ) {
+    this.spec = spec;
+    this.clientInfo = options.clientInfo ?? { name: "airlock", version: "0.1.0" };
+    this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  }
+
+  /** The server's key in the config. */
+  get name(): string {
+    return this.spec.name;
+  }
+
+  /** True while a connection is open. */
+  get connected(): boolean {
+    return this.client !== undefined;
+  }
+
+  /** The process id of a stdio server while it runs. */
+  get pid(): number | null {
+    const transport = this.client?.transport;
+    return transport instanceof StdioClientTransport ? transport.pid : null;
+  }
+
+  /** How many times the connection was opened again after it was lost. */
+  get reconnects(): number {
+    return this.reconnectCount;
+  }
+
+  /** The last lines the server wrote to stderr. */
+  get stderrTail(): string {
+    return this.stderr.split("\n").slice(-STDERR_TAIL_LINES).join("\n");
+  }
+
+  /** Name and version the server gave in its handshake. */
+  get serverVersion(): { name: string; version: string } | undefined {
+    return this.client?.getServerVersion();
+  }
+
+  /** Starts or reaches the server and does the MCP handshake. */
+  async connect(): Promise<void> {
+    await this.ensureClient();
+  }
+
+  /** Every tool of the server, following `tools/list` pagination. */
+  async listTools(): Promise<Tool[]> {
+    const client = await this.ensureClient();
+    if (client.getServerCapabilities()?.tools === undefined) return [];
+    const tools: Tool[] = [];
+    const cursors = new Set<string>();
+    let cursor: string | undefined;
+    for (let page = 0; ; page++) {
+      if (page >= MAX_TOOL_LIST_PAGES) {
+        throw new McpUpstreamError(
+          this.name,
+          `server "${this.name}" sent more than ${MAX_TOOL_LIST_PAGES} pages of tools`,
+        );
+      }
+      let result: Awaited<ReturnType<Client["listTools"]>>;
+      try {
+        result = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: this.connectTimeoutMs });
+      } catch (error) {
+        throw new McpUpstreamError(this.name, `server "${this.name}" failed to list its tools: ${message(error)}`, "", {
+          cause: error,
+        });
+      }
+      tools.push(...result.tools);
+      cursor = result.nextCursor;
+      if (cursor === undefined || cursor === "") return tools;
+      if (cursors.has(cursor)) {
+        throw new McpUpstreamError(
+          this.name,
+          `server "${this.name}" sent the tools/list cursor ${JSON.stringify(cursor)} twice`,
+        );
+      }
+      cursors.add(cursor);
+    }
+  }
+
+  /**
+   * Calls a tool and resolves to the server's `CallToolResult` (an `isError` result included). An aborted `signal`
+   * cancels the request (`notifications/cancelled`). A server that died is started again once: before the call when
+   * it is known to be down, or after the call failed because the connection was lost.
+   */
+  async callTool(name: string, args: Record<string, unknown>, options: McpCallOptions = {}): Promise<CallToolResult> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    let reconnected = false;
+    let client = this.client;
+    if (client === undefined) {
+      client = await this.reconnect(signal);
+      reconnected = true;
+    }
+    try {
+      return await this.request(client, name, args, signal);
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason ?? error;
+      const failure = classify(error);
+      if (failure === "other" || this.closed) throw error;
+      this.drop(client);
+      if (reconnected) throw this.lostError(name, error, "right after it was started again");
+      if (failure === "lost" && options.repeatable !== true) {
+        throw this.lostError(
+          name,
+          error,
+          "while the call ran; the tool may or may not have run, so it was not repeated",
+        );
+      }
+      const fresh = await this.reconnect(signal);
+      return await this.request(fresh, name, args, signal);
+    }
+  }
+
+  /** Closes the connection (a stdio server is asked to exit, then killed). */
+  async close(): Promise<void> {
+    this.closed = true;
+    const client = this.client;
+    this.client = undefined;
+    const pending = this.connecting;
+    this.connecting = undefined;
+    await Promise.allSettled([client && closeClient(client), pending?.then(closeClient)]);
+  }
+
+  private request(client: Client, name: string, args: Record<string, unknown>, signal: AbortSignal | undefined) {
+    return client.callTool({ name, arguments: args }, undefined, {
+      timeout: this.callTimeoutMs,
+      ...(signal === undefined ? {} : { signal }),
+    }) as Promise<CallToolResult>;
+  }
+
+  private lostError(tool: string, error: unknown, when: string): Error {
+    return new McpUpstreamError(
+      this.name,
+      `the connection to server "${this.name}" was lost ${when} (calling ${tool}: ${message(error)})`,
+      this.spec.transport === "stdio" ? this.stderrTail : "",
+      { cause: error },
+    );
+  }
+
+  private async reconnect(signal: AbortSignal | undefined): Promise<Client> {
+    return abortable(this.ensureClient(), signal);
+  }
+
+  private ensureClient(): Promise<Client> {
+    if (this.closed) return Promise.reject(new McpUpstreamError(this.name, `server "${this.name}" is closed`));
+    if (this.client !== undefined) return Promise.resolve(this.client);
+    if (this.connecting === undefined) {
+      const attempt = this.open().then(
+        (client) => {
+          if (this.connecting === attempt) this.connecting = undefined;
+          if (this.closed) {
+            void client.close();
+            throw new McpUpstreamError(this.name, `server "${this.name}" is closed`);
+          }
+          if (this.opened) this.reconnectCount++;
+          this.opened = true;
+          this.client = client;
+          return client;
+        },
+        (error: unknown) => {
+          if (this.connecting === attempt) this.connecting = undefined;
+          throw error;
+        },
+      );
+      this.connecting = attempt;
+    }
+    return this.connecting;
+  }
+
+  private drop(client: Client): void {
+    if (this.client === client) this.client = undefined;
+    void client.close().catch(() => {});
+  }
+
+  private async open(): Promise<Client> {
+    const spec = this.spec;
+    const client = new Client(this.clientInfo, {
+      capabilities: {},
+      listChanged: {
+        tools: {
+          autoRefresh: false,
+          debounceMs: 100,
+          onChanged: () => this.options.onToolsChanged?.(this.name),
+        },
+      },
+    });
+    let transport: Transport;
+    if (spec.transport === "stdio") {
+      const stdio = new StdioClientTransport({
+        command: spec.command,
+        args: spec.args,
+        env: spec.env,
+        ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }),
+        stderr: "pipe",
+      });
+      stdio.stderr?.on("data", (chunk: Buffer | string) => {
+        const text = chunk.toString();
+        this.stderr = (this.stderr + text).slice(-STDERR_TAIL_CHARS);
+        this.options.onStderr?.(this.name, text);
+      });
+      transport = stdio;
+    } else {
+      transport = new StreamableHTTPClientTransport(spec.url, { requestInit: { headers: spec.headers } });
+    }
+    client.onclose = () => {
+      if (this.client === client) this.client = undefined;
+    };
+    try {
+      await client.connect(transport, { timeout: this.connectTimeoutMs });
+    } catch (error) {
+      await client.close().catch(() => {});
+      // The last stderr chunks of a process that exited may still be on their way through the pipe.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      throw this.startError(error);
+    }
+    return client;
+  }
+
+  private startError(error: unknown): McpUpstreamError {
+    const spec = this.spec;
+    const code = (error as NodeJS.ErrnoException)?.code;
+    let reason: string;
+    if (spec.transport === "stdio") {
+      const command = [spec.command, ...spec.args].map((part) => (/\s/.test(part) ? JSON.stringify(part) : part));
+      if (code === "ENOENT") reason = `command "${spec.command}" was not found (is it installed and on the PATH?)`;
+      else if (code === "EACCES") reason = `command "${spec.command}" is not executable`;
+      else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${this.connectTimeoutMs} ms`;
+      else if (isConnectionClosed(error)) reason = "the process exited before finishing the MCP handshake";
+      else reason = message(error);
+      return new McpUpstreamError(
+        this.name,
+        `server "${this.name}" did not start: ${reason}. Command: ${command.join(" ")}`,
+        this.stderrTail,
+        { cause: error },
+      );
+    }
+    if (error instanceof StreamableHTTPError) reason = `HTTP ${error.code}: ${error.message}`;
+    else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${this.connectTimeoutMs} ms`;
+    else reason = message(error);
+    return new McpUpstreamError(
+      this.name,
+      `server "${this.name}" at ${spec.url.href} could not be reached: ${reason}`,
+      "",
+      {
+        cause: error,
+      },
+    );
+  }
+}
+
+/** What a failed request says about the connection. */
+function classify(error: unknown): Failure {
+  if (error instanceof McpError) {
+    // Rejected because the transport closed while the request was pending: it may have been handled.
+    if (error.code === ErrorCode.ConnectionClosed) return "lost";
+    return "other";
+  }
+  if (error instanceof StreamableHTTPError) {
+    // 404 (400 from some servers): the server no longer knows the session, say it restarted; nothing was handled.
+    return error.code === 404 || error.code === 400 ? "not-sent" : "other";
+  }
+  if (error instanceof Error && error.message === "Not connected") return "not-sent";
+  // fetch() failing to connect (ECONNREFUSED, ECONNRESET before a response) is a TypeError with a cause.
+  if (error instanceof TypeError && (error as { cause?: unknown }).cause !== undefined) return "not-sent";
+  return "other";
+}
+
+/**
+ * Ends an HTTP session with a DELETE (a server may not support it), then closes the transport. A stdio server gets
+ * its stdin closed and, if it is still running `STDIO_EXIT_GRACE_MS` later (many servers ignore the end of stdin),
+ * SIGTERM; the SDK's transport sends SIGKILL if that does not end it either.
+ */
+async function closeClient(client: Client): Promise<void> {
+  const transport = client.transport;
+  if (transport instanceof StreamableHTTPClientTransport && transport.sessionId !== undefined) {
+    await Promise.race([
+      transport.terminateSession().catch(() => {}),
+      new Promise((resolve) => setTimeout(resolve, HTTP_TERMINATE_TIMEOUT_MS).unref()),
+    ]);
+  }
+  const pid = transport instanceof StdioClientTransport ? transport.pid : null;
+  const timer =
+    pid === null
+      ? undefined
+      : setTimeout(() => {
+          try {
+            process.kill(pid, "SIGTERM");
+          } catch {
+            // It exited already.
+          }
+        }, STDIO_EXIT_GRACE_MS);
+  try {
+    await client.close();
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function isTimeout(error: unknown): boolean {
+  return error instanceof McpError && error.code === ErrorCode.RequestTimeout;
+}
+
+function isConnectionClosed(error: unknown): boolean {
+  return error instanceof McpError && error.code === ErrorCode.ConnectionClosed;
+}
+
+function message(error: unknown): string {
+  if (error instanceof Error) {
+    const cause = (error as { cause?: unknown }).cause;
+    return cause instanceof Error && !error.message.includes(cause.message)
+      ? `${error.message} (${cause.message})`
+      : error.message;
+  }
+  return String(error);
+}
+
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return promise;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
+}

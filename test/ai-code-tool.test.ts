@@ -1,0 +1,216 @@
+/**
+ * `airlock/ai`: `createCodeTool` turns AI SDK tools into one code tool, driven here by the AI SDK's own mock
+ * language model through a real `generateText` tool loop.
+ */
+
+import { generateText, jsonSchema, stepCountIs, tool } from "ai";
+import { MockLanguageModelV3 } from "ai/test";
+import { InlineCodemodeSandbox } from "airlock";
+import { createCodeTool } from "airlock/ai";
+import { afterAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+
+type GenerateResult = Awaited<ReturnType<MockLanguageModelV3["doGenerate"]>>;
+type CallOptions = Parameters<MockLanguageModelV3["doGenerate"]>[0];
+
+const usage = {
+  inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
+  outputTokens: { total: 5, text: 5, reasoning: 0 },
+};
+
+function toolCall(id: string, code: string): GenerateResult {
+  return {
+    content: [{ type: "tool-call", toolCallId: id, toolName: "code", input: JSON.stringify({ code }) }],
+    finishReason: { unified: "tool-calls", raw: "tool_calls" },
+    usage,
+    warnings: [],
+  };
+}
+
+function answer(text: string): GenerateResult {
+  return { content: [{ type: "text", text }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+}
+
+/** What the model was sent as the result of tool call `id`. */
+function toolResultIn(call: CallOptions, id: string): unknown {
+  for (const message of call.prompt) {
+    if (message.role !== "tool") continue;
+    for (const part of message.content) if (part.type === "tool-result" && part.toolCallId === id) return part.output;
+  }
+  return undefined;
+}
+
+const seen: { city: string; toolCallId: string; aborted: boolean }[] = [];
+
+const tools = {
+  weather: tool({
+    description: "Current weather of a city.",
+    inputSchema: z.object({ city: z.string().describe("City name"), unit: z.enum(["C", "F"]).default("C") }),
+    outputSchema: z.object({ city: z.string(), temp: z.number(), unit: z.string() }),
+    execute: async ({ city, unit }, { toolCallId, abortSignal }) => {
+      seen.push({ city, toolCallId, aborted: abortSignal?.aborted ?? false });
+      const tempC = city.length * 3;
+      return { city, temp: unit === "F" ? tempC * 1.8 + 32 : tempC, unit };
+    },
+  }),
+  "add-numbers": tool({
+    description: "Adds two numbers.",
+    inputSchema: jsonSchema<{ a: number; b: number }>({
+      type: "object",
+      properties: { a: { type: "number" }, b: { type: "number" } },
+      required: ["a", "b"],
+    }),
+    execute: async ({ a, b }) => a + b,
+  }),
+  countdown: tool({
+    description: "Streams a countdown; its result is the last value.",
+    inputSchema: z.object({ from: z.number().int() }),
+    async *execute({ from }) {
+      for (let i = from; i >= 0; i--) yield i;
+    },
+  }),
+  wipe: tool({
+    description: "Deletes everything. Needs approval.",
+    inputSchema: z.object({}),
+    needsApproval: true,
+    execute: async () => "wiped",
+  }),
+  ask: tool({ description: "Asks the user; runs on the client.", inputSchema: z.object({ question: z.string() }) }),
+};
+
+const code = createCodeTool({ tools });
+
+afterAll(async () => {
+  await code.close();
+});
+
+describe("createCodeTool", () => {
+  it("declares the callable tools in its description", () => {
+    expect(code.description).toContain("The program is the body of an async function");
+    expect(code.description).toContain(code.declarations);
+    expect(code.declarations).toContain(
+      "  /** Current weather of a city. */\n  weather(args: {\n    // City name\n    city: string;",
+    );
+    expect(code.declarations).toContain('    unit?: "C" | "F";');
+    expect(code.declarations).toContain(
+      "}): Promise<{\n    city: string;\n    temp: number;\n    unit: string;\n  }>;",
+    );
+    expect(code.declarations).toContain(
+      "  add_numbers(args: {\n    a: number;\n    b: number;\n  }): Promise<unknown>;",
+    );
+    expect(code.declarations).toContain("  countdown(args: {");
+    // Tools a program cannot run: one that needs approval and one without execute.
+    expect(code.declarations).not.toContain("wipe");
+    expect(code.declarations).not.toContain("ask(");
+  });
+
+  it("runs the model's program in a generateText tool loop", async () => {
+    seen.length = 0;
+    const model = new MockLanguageModelV3({
+      doGenerate: async (options) => {
+        const step = model.doGenerateCalls.length;
+        if (step === 1) {
+          return toolCall(
+            "call-1",
+            [
+              "const cities: string[] = ['Oslo', 'Lisbon', 'Nairobi'];",
+              "const reports = await Promise.all(cities.map((city) => tools.weather({ city })));",
+              "const total = await tools.add_numbers({ a: reports[0].temp, b: reports[1].temp });",
+              'console.log("checked", reports.length, "cities");',
+              "return { warmest: reports.sort((x, y) => y.temp - x.temp)[0].city, total, countdown: await tools.countdown({ from: 3 }) };",
+            ].join("\n"),
+          );
+        }
+        const output = toolResultIn(options, "call-1") as { type: string; value: { type: string; text: string }[] };
+        return answer(`done: ${output.value.map((part) => part.text).join(" | ")}`);
+      },
+    });
+    const result = await generateText({
+      model,
+      tools: { code },
+      stopWhen: stepCountIs(4),
+      prompt: "Which of Oslo, Lisbon and Nairobi is warmest?",
+    });
+
+    expect(model.doGenerateCalls).toHaveLength(2);
+    const offered = model.doGenerateCalls[0]?.tools ?? [];
+    expect(offered.map((t) => t.name)).toEqual(["code"]);
+    expect(offered[0]).toMatchObject({ type: "function", description: code.description });
+    expect(result.steps).toHaveLength(2);
+    const toolResult = result.steps[0]?.toolResults[0];
+    expect(toolResult?.output).toEqual({
+      ok: true,
+      output: [{ type: "text", text: "checked 3 cities", console: true }],
+      value: { warmest: "Nairobi", total: 30, countdown: 0 },
+    });
+    expect(result.text).toBe(
+      'done: checked 3 cities | {\n  "warmest": "Nairobi",\n  "total": 30,\n  "countdown": 0\n}',
+    );
+    // Each inner call got its own id under the code tool's call and a live signal; zod defaults were applied.
+    expect(seen.map((s) => s.city).sort()).toEqual(["Lisbon", "Nairobi", "Oslo"]);
+    expect(seen.map((s) => s.toolCallId).sort()).toEqual(["call-1/1", "call-1/2", "call-1/3"]);
+    expect(seen.every((s) => !s.aborted)).toBe(true);
+  });
+
+  it("gives a failed program's error back to the model, which fixes it in the next step", async () => {
+    const model = new MockLanguageModelV3({
+      doGenerate: async (options) => {
+        const step = model.doGenerateCalls.length;
+        if (step === 1) return toolCall("bad", "const x = 1;\nawait tools.weather({ town: 'Oslo' });");
+        if (step === 2) {
+          const output = toolResultIn(options, "bad") as { value: { text: string }[] };
+          expect(output.value[0]?.text).toBe(
+            "Error (script): Error: invalid arguments for tools.weather: city: Invalid input: expected string, received undefined",
+          );
+          return toolCall("good", "return (await tools.weather({ city: 'Oslo', unit: 'F' })).temp;");
+        }
+        return answer("ok");
+      },
+    });
+    const result = await generateText({ model, tools: { code }, stopWhen: stepCountIs(5), prompt: "weather" });
+    expect(result.steps).toHaveLength(3);
+    const first = result.steps[0]?.toolResults[0]?.output as { ok: boolean; error: { kind: string; message: string } };
+    expect(first.ok).toBe(false);
+    expect(first.error.kind).toBe("script");
+    expect(first.error.message).toMatch(/invalid arguments for tools\.weather/);
+    expect(result.steps[1]?.toolResults[0]?.output).toEqual({ ok: true, output: [], value: 53.6 });
+  });
+
+  it("sends images as image content and honours the abort signal", async () => {
+    const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    const model = new MockLanguageModelV3({
+      doGenerate: async (options) => {
+        if (model.doGenerateCalls.length === 1) {
+          return toolCall("img", `image({ type: "image", data: "${png}", mimeType: "image/png" });\ntext("a dot");`);
+        }
+        const output = toolResultIn(options, "img") as { type: string; value: unknown[] };
+        expect(output.type).toBe("content");
+        expect(output.value).toEqual([
+          { type: "image-data", data: png, mediaType: "image/png" },
+          { type: "text", text: "a dot" },
+        ]);
+        return answer("saw it");
+      },
+    });
+    const result = await generateText({ model, tools: { code }, stopWhen: stepCountIs(3), prompt: "draw" });
+    expect(result.text).toBe("saw it");
+
+    const slow = createCodeTool({
+      tools: {
+        sleep: tool({
+          inputSchema: z.object({}),
+          execute: (_input, { abortSignal }) =>
+            new Promise((resolve) => abortSignal?.addEventListener("abort", () => resolve("woke"))),
+        }),
+      },
+      sandbox: new InlineCodemodeSandbox(),
+    });
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 100);
+    const output = await slow.execute?.(
+      { code: "await tools.sleep({});" },
+      { toolCallId: "s", messages: [], abortSignal: controller.signal },
+    );
+    expect(output).toMatchObject({ ok: false, error: { kind: "aborted" } });
+  });
+});

@@ -1,0 +1,479 @@
+/**
+ * `airlock serve`, the code-mode MCP gateway, run from its build (dist/cli/main.js) as a child process in front of
+ * real MCP servers, and driven by the official SDK's `Client` over stdio and over Streamable HTTP.
+ */
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { countTokens, McpGateway } from "airlock/mcp";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  everything,
+  filesystem,
+  isAlive,
+  memory,
+  paged,
+  REPO_ROOT,
+  tempFolder,
+  waitFor,
+} from "./fixtures/mcp/servers.ts";
+
+const CLI = join(REPO_ROOT, "dist", "cli", "main.js");
+
+let folder: { dir: string; cleanup: () => void };
+let configPath = "";
+
+beforeAll(() => {
+  folder = tempFolder({ "hello.txt": "hello from the folder\n" });
+  configPath = join(folder.dir, "mcp.json");
+  writeFileSync(
+    configPath,
+    JSON.stringify({
+      mcpServers: {
+        everything: everything(),
+        files: filesystem(folder.dir),
+        memory: memory(join(folder.dir, "memory.jsonl")),
+      },
+    }),
+  );
+});
+
+afterAll(() => folder?.cleanup());
+
+/** Process ids of the children of `pid` (Linux /proc). */
+function childrenOf(pid: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (Number(fields[1]) === pid) children.push(Number(entry));
+    } catch {
+      // The process ended while it was being read.
+    }
+  }
+  return children;
+}
+
+function textOf(result: unknown): string {
+  const { content } = result as CallToolResult;
+  return content
+    .filter((block) => block.type === "text")
+    .map((block) => (block as { text: string }).text)
+    .join("\n");
+}
+
+/** The checks both transports run: list tools, search, describe, execute. */
+async function exercise(client: Client) {
+  const { tools } = await client.listTools();
+  expect(tools.map((tool) => tool.name)).toEqual(["search", "describe", "execute"]);
+  const execute = tools.find((tool) => tool.name === "execute");
+  expect(execute?.description).toContain("The program is the body of an async function");
+  expect(execute?.description).toContain('// @options: {"timeout_ms": 30000, "max_output_tokens": 4000}');
+  expect(execute?.description).toMatch(/\(limits here: \d+ ms, \d+ tokens; longer text is cut\)/);
+  // 35 tools have more declarations than the description's budget: it carries their index.
+  expect(execute?.description).toContain("Index of 35 tools");
+  expect(execute?.description).toContain(
+    "get its full declaration (parameters and result type) with the describe tool",
+  );
+  expect(execute?.description).toContain(
+    "  everything__get_sum(args: unknown): Promise<unknown>; // Returns the sum of two numbers\n",
+  );
+  expect(execute?.inputSchema.properties).toHaveProperty("code");
+  expect(tools.find((tool) => tool.name === "search")?.annotations?.readOnlyHint).toBe(true);
+
+  const search = await client.callTool({ name: "search", arguments: { query: "add two numbers sum", limit: 3 } });
+  expect(search.isError).toBeFalsy();
+  expect(textOf(search)).toMatch(/^3 tools match "add two numbers sum", best first/);
+  expect(textOf(search)).toContain(
+    "tools.everything__get_sum(args: { a: number; b: number; }): Promise<unknown>\n  Returns the sum of two numbers",
+  );
+
+  const describeResult = await client.callTool({
+    name: "describe",
+    arguments: { names: ["everything__get_sum", "tools.files__list_directory"] },
+  });
+  expect(textOf(describeResult)).toMatch(/^declare const tools: \{\n {2}\/\*\* Returns the sum of two numbers \*\//);
+  expect(textOf(describeResult)).toMatch(
+    / {2}files__list_directory\(args: \{\n {4}path: string;\n {2}\}\): Promise<\{/,
+  );
+  const unknown = await client.callTool({ name: "describe", arguments: { names: ["everything__get_summ"] } });
+  expect(unknown.isError).toBe(true);
+  expect(textOf(unknown)).toMatch(/Unknown tool "everything__get_summ". Did you mean "everything__get_sum"/);
+
+  // TypeScript, the options line, several upstream servers, text, an image and a value.
+  const run = await client.callTool({
+    name: "execute",
+    arguments: {
+      code: [
+        '// @options: {"timeout_ms": 10000}',
+        "interface Weather { temperature: number; conditions: string }",
+        'const weather: Weather = await tools.everything__get_structured_content({ location: "Chicago" });',
+        `const file = await tools.files__read_text_file({ path: ${JSON.stringify(join(folder.dir, "hello.txt"))} });`,
+        'await tools.memory__create_entities({ entities: [{ name: "Oslo", entityType: "city", observations: [] }] });',
+        'const graph = await tools.memory__search_nodes({ query: "Oslo" });',
+        "const blocks = await tools.everything__get_tiny_image({});",
+        'console.log("read", file.content.trim());',
+        'image(blocks.find((b: { type: string }) => b.type === "image"));',
+        "return { conditions: weather.conditions, cities: graph.entities.map((e: { name: string }) => e.name) };",
+      ].join("\n"),
+    },
+  });
+  expect(run.isError, textOf(run)).toBeFalsy();
+  const content = run.content as CallToolResult["content"];
+  expect(content.map((block) => block.type)).toEqual(["text", "image", "text"]);
+  expect(content[0]).toEqual({ type: "text", text: "read hello from the folder" });
+  expect(content[1]).toMatchObject({ type: "image", mimeType: "image/png" });
+  expect(JSON.parse((content[2] as { text: string }).text)).toEqual({
+    conditions: "Light rain / drizzle",
+    cities: ["Oslo"],
+  });
+
+  // A failed run: isError, kind, message and stack lines.
+  const failed = await client.callTool({
+    name: "execute",
+    arguments: { code: 'text("step 1");\nconst graph = null;\nreturn graph.entities;' },
+  });
+  expect(failed.isError).toBe(true);
+  expect(textOf(failed)).toBe(
+    "Error (script): TypeError: cannot read property 'entities' of null\n    at <anonymous> (codemode.js:3:8)\nOutput before the error:\nstep 1",
+  );
+  const upstreamError = await client.callTool({
+    name: "execute",
+    arguments: {
+      code: `await tools.files__read_text_file({ path: ${JSON.stringify(join(folder.dir, "nope.txt"))} });`,
+    },
+  });
+  expect(upstreamError.isError).toBe(true);
+  expect(textOf(upstreamError)).toMatch(
+    /^Error \(script\): Error: ENOENT: no such file or directory.*\nTool calls that failed: tools\.files__read_text_file$/,
+  );
+  const syntax = await client.callTool({ name: "execute", arguments: { code: "const x = ;" } });
+  expect(syntax.isError).toBe(true);
+  expect(textOf(syntax)).toMatch(
+    /^Error \(script\): CodemodeSourceError: TypeScript syntax error at line 1, column 11: Expression expected\n[\s\S]*\n {4}at codemode\.js:1:11$/,
+  );
+
+  // store() and load() keep values between executions of one session.
+  await client.callTool({ name: "execute", arguments: { code: 'store("seen", ["a"]);' } });
+  const loaded = await client.callTool({ name: "execute", arguments: { code: 'return load("seen");' } });
+  expect(JSON.parse(textOf(loaded))).toEqual(["a"]);
+}
+
+describe("over stdio", () => {
+  let client: Client;
+  let transport: StdioClientTransport;
+  let stderr = "";
+
+  beforeAll(async () => {
+    transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, "serve", "--config", configPath, "--timeout", "2000", "--max-output-tokens", "2000"],
+      cwd: REPO_ROOT,
+      stderr: "pipe",
+    });
+    transport.stderr?.on("data", (chunk) => {
+      stderr += chunk;
+    });
+    client = new Client({ name: "gateway-test", version: "1.0.0" });
+    await client.connect(transport);
+  });
+
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  it("lists three tools, searches, describes and executes", async () => {
+    await exercise(client);
+    expect(client.getServerVersion()?.name).toBe("airlock");
+    expect(client.getInstructions()).toContain("35 tools of 3 MCP servers: everything (12), files (14), memory (9).");
+    expect(stderr).toContain("airlock serve: 35 tools from everything (12), files (14), memory (9)");
+  });
+
+  it("honours the options line within the flags' limits", async () => {
+    const started = Date.now();
+    const capped = await client.callTool({
+      name: "execute",
+      arguments: { code: '// @options: {"timeout_ms": 3600000}\nwhile (true) {}' },
+    });
+    expect(capped.isError).toBe(true);
+    expect(textOf(capped)).toMatch(/^Error \(timeout\)/);
+    expect(Date.now() - started).toBeLessThan(6000);
+
+    const short = await client.callTool({
+      name: "execute",
+      arguments: {
+        code: '// @options: {"timeout_ms": 100}\nawait tools.everything__trigger_long_running_operation({ duration: 5, steps: 1 });',
+      },
+    });
+    expect(textOf(short)).toMatch(/^Error \(timeout\)/);
+  });
+
+  it("cuts the text output to max_output_tokens with a real tokenizer, and says so", async () => {
+    const long = await client.callTool({
+      name: "execute",
+      arguments: {
+        code: '// @options: {"max_output_tokens": 50}\nfor (let i = 0; i < 200; i++) console.log("line " + i + " of the output");\nreturn "the end";',
+      },
+    });
+    expect(long.isError).toBeFalsy();
+    const blocks = long.content as { type: string; text: string }[];
+    const note = blocks.at(-1)?.text ?? "";
+    expect(note).toMatch(/^\[Output cut: the text above is the first 50 tokens \(o200k_base\) of \d+ characters\./);
+    expect(note).toContain('// @options: {"max_output_tokens": 2000} (at most 2000)');
+    const kept = blocks
+      .slice(0, -1)
+      .map((block) => block.text)
+      .join("");
+    expect(kept.startsWith("line 0 of the output\nline 1 of the output")).toBe(true);
+    expect(await countTokens(kept)).toBeLessThanOrEqual(50);
+    expect(await countTokens(kept)).toBeGreaterThan(40);
+    expect(kept).not.toContain("the end");
+
+    // Above the flag's limit, the flag wins.
+    const capped = await client.callTool({
+      name: "execute",
+      arguments: { code: '// @options: {"max_output_tokens": 100000}\nreturn "word ".repeat(5000);' },
+    });
+    const cappedNote = (capped.content as { text: string }[]).at(-1)?.text ?? "";
+    expect(cappedNote).toContain("the first 2000 tokens");
+    expect(cappedNote).toContain("return or print less");
+  });
+
+  it("cancels a run when the client cancels its request", async () => {
+    const controller = new AbortController();
+    const started = Date.now();
+    const pending = client.callTool(
+      {
+        name: "execute",
+        arguments: { code: "await tools.everything__trigger_long_running_operation({ duration: 30, steps: 1 });" },
+      },
+      undefined,
+      { signal: controller.signal },
+    );
+    setTimeout(() => controller.abort(), 200);
+    await expect(pending).rejects.toThrow();
+    const after = await client.callTool({ name: "execute", arguments: { code: "return 1 + 1;" } });
+    expect(textOf(after)).toBe("2");
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it("stops, with its upstream servers, when the client closes stdin", async () => {
+    const own = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, "serve", "--config", configPath],
+      cwd: REPO_ROOT,
+      stderr: "pipe",
+    });
+    const ownClient = new Client({ name: "gateway-test", version: "1.0.0" });
+    await ownClient.connect(own);
+    const pid = own.pid as number;
+    const children = childrenOf(pid);
+    expect(children.length).toBeGreaterThanOrEqual(3);
+    await ownClient.close();
+    await waitFor(() => !isAlive(pid) && children.every((child) => !isAlive(child)), 10_000, "the gateway to exit");
+  });
+});
+
+describe("over Streamable HTTP", () => {
+  let child: ChildProcess;
+  let url = "";
+  let stderr = "";
+
+  beforeAll(async () => {
+    child = spawn(process.execPath, [CLI, "serve", "--config", configPath, "--http", "0", "--timeout", "5000"], {
+      cwd: REPO_ROOT,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stderr?.on("data", (chunk) => {
+      stderr += chunk;
+    });
+    await waitFor(() => /listening on (\S+)/.test(stderr) || child.exitCode !== null, 20_000, "the gateway to listen");
+    url = /listening on (\S+)/.exec(stderr)?.[1] ?? "";
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+  });
+
+  afterAll(async () => {
+    if (child.exitCode === null) child.kill("SIGKILL");
+  });
+
+  it("lists three tools, searches, describes and executes; sessions keep their own store", async () => {
+    const client = new Client({ name: "gateway-http-test", version: "1.0.0" });
+    const transport = new StreamableHTTPClientTransport(new URL(url));
+    await client.connect(transport);
+    const other = new Client({ name: "gateway-http-test-2", version: "1.0.0" });
+    await other.connect(new StreamableHTTPClientTransport(new URL(url)));
+    try {
+      await exercise(client);
+      expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/);
+      const elsewhere = await other.callTool({
+        name: "execute",
+        arguments: { code: 'return load("seen") ?? "empty";' },
+      });
+      expect(textOf(elsewhere)).toBe("empty");
+    } finally {
+      await transport.terminateSession();
+      await client.close();
+      await other.close();
+    }
+  });
+
+  it("refuses a Host header that is not this machine (DNS rebinding)", async () => {
+    const port = new URL(url).port;
+    const status = await new Promise<string>((resolve) => {
+      execFile(
+        "curl",
+        [
+          "-s",
+          "-o",
+          "/dev/null",
+          "-w",
+          "%{http_code}",
+          "-X",
+          "POST",
+          "-H",
+          "Host: evil.example",
+          "-d",
+          "{}",
+          `http://127.0.0.1:${port}/mcp`,
+        ],
+        (_error, stdout) => resolve(stdout),
+      );
+    });
+    expect(status).toBe("403");
+    const foreign = await fetch(url, { method: "POST", headers: { origin: "https://evil.example" }, body: "{}" });
+    expect(foreign.status).toBe(403);
+    const wrongPath = await fetch(url.replace("/mcp", "/other"), { method: "POST", body: "{}" });
+    expect(wrongPath.status).toBe(404);
+    const noSession = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
+    });
+    expect(noSession.status).toBe(400);
+  });
+
+  it("stops on SIGTERM with its upstream servers", async () => {
+    const children = childrenOf(child.pid as number);
+    expect(children.length).toBeGreaterThanOrEqual(3);
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    await waitFor(() => children.every((pid) => !isAlive(pid)), 10_000, "the upstream servers to exit");
+  });
+});
+
+describe("errors at start", () => {
+  const serve = (config: unknown) => {
+    const path = join(folder.dir, `config-${Math.random().toString(36).slice(2)}.json`);
+    writeFileSync(path, JSON.stringify(config));
+    return new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const proc = execFile(
+        process.execPath,
+        [CLI, "serve", "--config", path],
+        { cwd: REPO_ROOT, timeout: 20_000 },
+        (_e, _out, err) => resolve({ code: proc.exitCode, stderr: err }),
+      );
+      proc.stdin?.end();
+    });
+  };
+
+  it("exits 2 naming the server and field of a bad config", async () => {
+    const result = await serve({ mcpServers: { files: { command: "node", args: "server.js" } } });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(
+      /^airlock serve: .*config-\w+\.json: server "files": "args" must be an array of strings, got the string "server\.js"\n/,
+    );
+  });
+
+  it("exits 1 with the stderr tail of an upstream that does not start, and for a name collision", async () => {
+    const broken = await serve({ mcpServers: { broken: paged("--fail-start") } });
+    expect(broken.code).toBe(1);
+    expect(broken.stderr).toContain(
+      'airlock serve: server "broken" did not start: the process exited before finishing the MCP handshake',
+    );
+    expect(broken.stderr).toContain("  paged-server: fatal: PAGED_TOKEN is not set");
+    const collision = await serve({ mcpServers: { data: paged("--tools", "1", "--collide") } });
+    expect(collision.code).toBe(1);
+    expect(collision.stderr).toContain("would both be tools.data__get_value");
+  });
+});
+
+describe("the gateway as a library", () => {
+  it("takes an upstream's new tool list and tells its clients", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } }, { poolSize: 1 });
+    const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+    await gateway.createServer().connect(serverSide);
+    let notified = 0;
+    const client = new Client({ name: "in-memory", version: "1.0.0" });
+    client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+      notified++;
+    });
+    await client.connect(clientSide);
+    try {
+      expect(gateway.tools.map((tool) => tool.name)).not.toContain("paged__grown_1");
+      const grow = await client.callTool({ name: "execute", arguments: { code: "return await tools.paged__grow();" } });
+      expect(textOf(grow)).toBe("grown-1");
+      await waitFor(() => notified > 0, 5000, "tools/list_changed from the gateway");
+      expect(gateway.tools.map((tool) => tool.name)).toContain("paged__grown_1");
+      const { tools } = await client.listTools();
+      expect(tools.find((tool) => tool.name === "execute")?.description).toContain("paged__grown_1(args:");
+      const run = await client.callTool({
+        name: "execute",
+        arguments: { code: "return await tools.paged__grown_1();" },
+      });
+      expect(JSON.parse(textOf(run))).toEqual({ grown: 1 });
+    } finally {
+      await client.close();
+      await gateway.close();
+    }
+  });
+
+  it("declares a small catalog in full in execute's description", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { everything: everything() } }, { poolSize: 1 });
+    try {
+      const description = gateway.executeDescription();
+      expect(description).toContain('the tools of the MCP servers "everything"');
+      expect(description).toContain("The tools:\n```ts\ndeclare const tools: {\n");
+      expect(description).toContain("  everything__get_sum(args: {\n    // First number\n    a: number;");
+      expect(description).toContain("  everything__get_structured_content(args: {");
+      expect(description).toContain("}): Promise<{\n    // Temperature in celsius\n    temperature: number;");
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it("declares a large catalog as an index, and marks execute read-only in read-only mode", async () => {
+    const gateway = await McpGateway.start(
+      { mcpServers: { paged: paged("--tools", "60") } },
+      { readOnly: true, inlineDeclarationsMaxChars: 2000, poolSize: 1 },
+    );
+    try {
+      expect(gateway.tools.every((tool) => tool.annotations?.readOnlyHint === true)).toBe(true);
+      expect(gateway.tools).toHaveLength(32);
+      const description = gateway.executeDescription();
+      expect(description).toContain("32 tools of 1 MCP server: paged (32). Find tools with search");
+      const server = gateway.createServer();
+      const [a, b] = InMemoryTransport.createLinkedPair();
+      await server.connect(a);
+      const client = new Client({ name: "in-memory", version: "1.0.0" });
+      await client.connect(b);
+      const { tools } = await client.listTools();
+      expect(tools.find((tool) => tool.name === "execute")?.annotations?.readOnlyHint).toBe(true);
+      const run = await client.callTool({
+        name: "execute",
+        arguments: { code: "return (await tools.paged__item_58()).item;" },
+      });
+      expect(textOf(run)).toBe("58");
+      await client.close();
+    } finally {
+      await gateway.close();
+    }
+  });
+});

@@ -1,0 +1,512 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: config values spell ${VAR} references on purpose
+/**
+ * MCP servers as sandbox tools, against real servers started as child processes: the npm reference servers
+ * (everything, filesystem, memory) and a small paging server written with the official SDK (test/fixtures/mcp),
+ * because none of the npm servers pages its tool list.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { CodemodeSandbox, isIdentifier } from "airlock";
+import { renderDeclarations } from "airlock/declarations";
+import {
+  callResultToValue,
+  McpConfigError,
+  McpToolCollisionError,
+  McpToolset,
+  McpUpstreamError,
+  mcpToolName,
+  parseMcpConfig,
+} from "airlock/mcp";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  EVERYTHING,
+  everything,
+  filesystem,
+  freePort,
+  isAlive,
+  memory,
+  paged,
+  tempFolder,
+  waitFor,
+} from "./fixtures/mcp/servers.ts";
+
+let folder: { dir: string; cleanup: () => void };
+let toolset: McpToolset;
+let sandbox: CodemodeSandbox;
+const warnings: string[] = [];
+
+beforeAll(async () => {
+  folder = tempFolder({ "notes.txt": "first line\nsecond line\n" });
+  toolset = await McpToolset.connect(
+    {
+      mcpServers: {
+        everything: everything(),
+        files: filesystem(folder.dir),
+        memory: memory(join(folder.dir, "memory.jsonl")),
+        paged: paged("--tools", "25", "--page-size", "4"),
+      },
+    },
+    { onWarning: (warning) => warnings.push(warning) },
+  );
+  sandbox = new CodemodeSandbox({ poolSize: 1, tools: toolset.tools, timeoutMs: 20_000 });
+});
+
+afterAll(async () => {
+  await sandbox?.close();
+  await toolset?.close();
+  folder?.cleanup();
+});
+
+describe("naming and declarations", () => {
+  it("names every tool <server>__<tool> as an identifier, and declarations use the same names", () => {
+    const names = toolset.tools.map((tool) => tool.name);
+    expect(names).toContain("everything__get_sum");
+    expect(names).toContain("everything__get_tiny_image");
+    expect(names).toContain("files__read_text_file");
+    expect(names).toContain("memory__create_entities");
+    expect(names).toContain("paged__item_3");
+    for (const name of names) expect(isIdentifier(name)).toBe(true);
+    const sum = toolset.tools.find((tool) => tool.name === "everything__get_sum");
+    expect(sum).toMatchObject({ server: "everything", toolName: "get-sum" });
+    expect(mcpToolName("everything", "get-sum")).toBe("everything__get_sum");
+
+    const declarations = renderDeclarations({ tools: toolset.tools }, { indexThreshold: Number.POSITIVE_INFINITY });
+    expect(declarations).toContain("  everything__get_sum(args: {");
+    expect(declarations).toContain("  files__read_text_file(args: {");
+    // An output schema becomes the result type.
+    expect(declarations).toMatch(
+      /files__list_directory\(args: \{\n\s+path: string;\n\s+\}\): Promise<\{\n\s+content: string;/,
+    );
+  });
+
+  it("leaves out task-only tools with a warning", () => {
+    expect(toolset.tools.some((tool) => tool.toolName === "simulate-research-query")).toBe(false);
+    expect(warnings.join("\n")).toContain('tool "simulate-research-query" is left out');
+  });
+});
+
+describe("tools/list pagination", () => {
+  it("follows nextCursor through every page of the paging server", async () => {
+    const pagedTools = toolset.tools.filter((tool) => tool.server === "paged");
+    // 25 items + wait_for_cancel + slow_write + grow + stats = 29 tools in pages of 4 = 8 pages.
+    expect(pagedTools).toHaveLength(29);
+    expect(pagedTools.map((tool) => tool.toolName).slice(0, 3)).toEqual(["item-0", "item-1", "item-2"]);
+    expect(pagedTools.at(-1)?.toolName).toBe("stats");
+    const result = await sandbox.execute("return await tools.paged__stats({});");
+    expect(result.ok && result.value).toEqual({ cancellations: expect.any(Number), listCalls: 8 });
+  });
+});
+
+describe("calls", () => {
+  it("chains calls across servers in one script", async () => {
+    const result = await sandbox.execute(`
+      await tools.memory__create_entities({
+        entities: [{ name: "Ada", entityType: "person", observations: ["wrote the first program"] }],
+      });
+      await tools.memory__add_observations({ observations: [{ entityName: "Ada", contents: ["born 1815"] }] });
+      const graph = await tools.memory__open_nodes({ names: ["Ada"] });
+      const ada = graph.entities[0];
+      const sum = await tools.everything__get_sum({ a: 1815, b: 37 });
+      const path = ${JSON.stringify(join(folder.dir, "ada.txt"))};
+      await tools.files__write_file({ path, content: ada.observations.join("; ") + "\\n" + sum });
+      const back = await tools.files__read_text_file({ path });
+      const listing = await tools.files__list_directory({ path: ${JSON.stringify(folder.dir)} });
+      text("wrote " + path);
+      return { observations: ada.observations, sum, back: back.content, listing: listing.content };
+    `);
+    expect(result.ok, JSON.stringify(!result.ok && result.error)).toBe(true);
+    if (!result.ok) return;
+    expect(result.value).toEqual({
+      observations: ["wrote the first program", "born 1815"],
+      sum: "The sum of 1815 and 37 is 1852.",
+      back: "wrote the first program; born 1815\nThe sum of 1815 and 37 is 1852.",
+      listing: expect.stringContaining("[FILE] ada.txt"),
+    });
+    expect(readFileSync(join(folder.dir, "ada.txt"), "utf8")).toContain("born 1815");
+    expect(result.calls.map((call) => call.name)).toEqual([
+      "memory__create_entities",
+      "memory__add_observations",
+      "memory__open_nodes",
+      "everything__get_sum",
+      "files__write_file",
+      "files__read_text_file",
+      "files__list_directory",
+    ]);
+    expect(result.calls.every((call) => call.status === "ok")).toBe(true);
+  });
+
+  it("resolves to structuredContent when present, to JSON-parsed text otherwise", async () => {
+    const result = await sandbox.execute(`
+      return [
+        await tools.everything__get_structured_content({ location: "Chicago" }),
+        await tools.paged__item_3(),
+        await tools.everything__echo({ message: "hi" }),
+      ];
+    `);
+    expect(result.ok && result.value).toEqual([
+      { temperature: 36, conditions: "Light rain / drizzle", humidity: 82 },
+      { item: 3 },
+      "Echo: hi",
+    ]);
+    expect(callResultToValue({ content: [{ type: "text", text: " [1, 2] " }] })).toEqual([1, 2]);
+    expect(callResultToValue({ content: [{ type: "text", text: "true story" }] })).toBe("true story");
+    expect(callResultToValue({ content: [] })).toBeNull();
+  });
+
+  it("gives image blocks that image() accepts", async () => {
+    const result = await sandbox.execute(`
+      const blocks = await tools.everything__get_tiny_image({});
+      const picture = blocks.find((block) => block.type === "image");
+      text(blocks[0]);
+      image(picture);
+      return { count: blocks.length, mimeType: picture.mimeType, bytes: picture.data.length };
+    `);
+    expect(result.ok, JSON.stringify(!result.ok && result.error)).toBe(true);
+    if (!result.ok) return;
+    expect(result.value).toMatchObject({ count: 3, mimeType: "image/png" });
+    expect(result.output[0]).toEqual({ type: "text", text: "Here's the image you requested:" });
+    const image = result.output[1];
+    expect(image?.type).toBe("image");
+    if (image?.type !== "image") return;
+    expect(image.mimeType).toBe("image/png");
+    expect(Buffer.from(image.data, "base64").subarray(1, 4).toString()).toBe("PNG");
+  });
+
+  it("rejects with the server's message for an isError result", async () => {
+    const missing = join(folder.dir, "missing.txt");
+    const caught = await sandbox.execute(`
+      try {
+        await tools.files__read_text_file({ path: ${JSON.stringify(missing)} });
+        return "no error";
+      } catch (error) {
+        return error.message;
+      }
+    `);
+    expect(caught.ok && caught.value).toMatch(/ENOENT: no such file or directory/);
+
+    const uncaught = await sandbox.execute(`await tools.everything__get_sum({ a: "one", b: 2 });`);
+    expect(uncaught.ok).toBe(false);
+    if (uncaught.ok) return;
+    expect(uncaught.error.kind).toBe("script");
+    expect(uncaught.error.message).toMatch(/Input validation error/);
+    expect(uncaught.calls).toEqual([expect.objectContaining({ name: "everything__get_sum", status: "error" })]);
+  });
+
+  it("refuses arguments that are not one object", async () => {
+    const result = await sandbox.execute(`await tools.everything__echo("hi");`);
+    expect(!result.ok && result.error.message).toMatch(/takes one object of arguments, got string/);
+  });
+});
+
+describe("abort", () => {
+  it("cancels the upstream request when the run is aborted", async () => {
+    const controller = new AbortController();
+    const started = Date.now();
+    const running = sandbox.execute("await tools.paged__wait_for_cancel({}); return 'not cancelled';", {
+      signal: controller.signal,
+    });
+    setTimeout(() => controller.abort(), 300);
+    const result = await running;
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.error.kind).toBe("aborted");
+    expect(result.calls).toEqual([expect.objectContaining({ name: "paged__wait_for_cancel", status: "cancelled" })]);
+    expect(Date.now() - started).toBeLessThan(5000);
+    // The server saw notifications/cancelled for its request.
+    let stats = { cancellations: 0 };
+    for (let i = 0; i < 50 && stats.cancellations === 0; i++) {
+      const check = await sandbox.execute("return await tools.paged__stats({});");
+      if (check.ok) stats = check.value as typeof stats;
+      if (stats.cancellations === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(stats.cancellations).toBe(1);
+  });
+
+  it("stops a long upstream operation at the run's deadline", async () => {
+    const started = Date.now();
+    const result = await sandbox.execute(
+      "return await tools.everything__trigger_long_running_operation({ duration: 20, steps: 2 });",
+      { timeoutMs: 400 },
+    );
+    expect(!result.ok && result.error.kind).toBe("timeout");
+    expect(Date.now() - started).toBeLessThan(5000);
+    // The server is still usable afterwards.
+    const after = await sandbox.execute("return await tools.everything__get_sum({ a: 2, b: 2 });");
+    expect(after.ok && after.value).toBe("The sum of 2 and 2 is 4.");
+  });
+});
+
+describe("an upstream that dies", () => {
+  it("is started again by the next call after its process was killed", async () => {
+    const own = await McpToolset.connect({ mcpServers: { everything: everything() } });
+    const ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools });
+    try {
+      const upstream = own.upstream("everything");
+      const pid = upstream?.pid as number;
+      expect(pid).toBeGreaterThan(0);
+      process.kill(pid, "SIGKILL");
+      await waitFor(() => upstream?.connected === false, 5000, "the connection to close");
+      expect(isAlive(pid)).toBe(false);
+
+      const result = await ownSandbox.execute("return await tools.everything__get_sum({ a: 40, b: 2 });");
+      expect(result.ok && result.value).toBe("The sum of 40 and 2 is 42.");
+      expect(upstream?.reconnects).toBe(1);
+      expect(upstream?.pid).not.toBe(pid);
+    } finally {
+      await ownSandbox.close();
+      await own.close();
+    }
+  });
+
+  it("repeats a read-only call that was running when the server died, and not a writing one", async () => {
+    const own = await McpToolset.connect({ mcpServers: { everything: everything(), paged: paged("--tools", "1") } });
+    const ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools });
+    try {
+      const killSoon = (server: string) => {
+        const pid = own.upstream(server)?.pid as number;
+        setTimeout(() => process.kill(pid, "SIGKILL"), 250);
+      };
+      // trigger-long-running-operation is annotated readOnlyHint: true, so it is sent again after the reconnect.
+      killSoon("everything");
+      const repeated = await ownSandbox.execute(
+        "return await tools.everything__trigger_long_running_operation({ duration: 0.6, steps: 1 });",
+      );
+      expect(repeated.ok && repeated.value).toBe("Long running operation completed. Duration: 0.6 seconds, Steps: 1.");
+      expect(own.upstream("everything")?.reconnects).toBe(1);
+
+      // slow_write is neither read-only nor idempotent: the call fails and says why; the next call reconnects.
+      killSoon("paged");
+      const failed = await ownSandbox.execute("return await tools.paged__slow_write({ ms: 3000 });");
+      expect(!failed.ok && failed.error.message).toMatch(
+        /connection to server "paged" was lost while the call ran; the tool may or may not have run/,
+      );
+      const next = await ownSandbox.execute("return await tools.paged__slow_write({ ms: 1 });");
+      expect(next.ok && next.value).toBe("done");
+      expect(own.upstream("paged")?.reconnects).toBe(1);
+    } finally {
+      await ownSandbox.close();
+      await own.close();
+    }
+  });
+});
+
+describe("Streamable HTTP upstream", () => {
+  let child: ChildProcess | undefined;
+  const startHttpServer = async (port: number) => {
+    const started = spawn(process.execPath, [EVERYTHING, "streamableHttp"], {
+      env: { ...process.env, PORT: String(port) },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    started.stderr?.on("data", (chunk) => {
+      stderr += chunk;
+    });
+    await waitFor(() => stderr.includes("listening on port"), 10_000, "the HTTP server to listen");
+    return started;
+  };
+  afterAll(() => {
+    child?.kill("SIGKILL");
+  });
+
+  it("calls tools over HTTP, and reconnects after the server restarted", async () => {
+    const port = await freePort();
+    child = await startHttpServer(port);
+    const own = await McpToolset.connect({
+      mcpServers: { web: { url: `http://127.0.0.1:${port}/mcp`, headers: { "X-Test": "1" } } },
+    });
+    const ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools });
+    try {
+      expect(own.tools.map((tool) => tool.name)).toContain("web__get_sum");
+      const first = await ownSandbox.execute("return await tools.web__get_sum({ a: 1, b: 1 });");
+      expect(first.ok && first.value).toBe("The sum of 1 and 1 is 2.");
+
+      child.kill("SIGKILL");
+      await new Promise((resolve) => child?.once("exit", resolve));
+      child = await startHttpServer(port);
+      // The new process does not know the old session: the call reconnects and is sent again.
+      const second = await ownSandbox.execute("return await tools.web__get_sum({ a: 2, b: 3 });");
+      expect(second.ok && second.value).toBe("The sum of 2 and 3 is 5.");
+      expect(own.upstream("web")?.reconnects).toBe(1);
+    } finally {
+      await ownSandbox.close();
+      await own.close();
+      child?.kill("SIGKILL");
+    }
+  });
+});
+
+describe("allow-list and read-only mode", () => {
+  it("exposes only the listed tools, and warns about names the server does not have", async () => {
+    const seen: string[] = [];
+    const own = await McpToolset.connect(
+      { mcpServers: { everything: { ...everything(), tools: ["get-sum", "everything__echo", "no-such-tool"] } } },
+      { onWarning: (warning) => seen.push(warning) },
+    );
+    try {
+      expect(own.tools.map((tool) => tool.name)).toEqual(["everything__echo", "everything__get_sum"]);
+      expect(seen.join("\n")).toContain('names "no-such-tool", which the server does not have');
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("keeps only tools annotated readOnlyHint: true", async () => {
+    const own = await McpToolset.connect(
+      { mcpServers: { paged: { ...paged("--tools", "4"), readOnly: true }, everything: everything() } },
+      { readOnly: false },
+    );
+    const all = await McpToolset.connect({ readOnly: true, mcpServers: { everything: everything() } });
+    try {
+      expect(own.tools.filter((tool) => tool.server === "paged").map((tool) => tool.toolName)).toEqual([
+        "item-0",
+        "item-2",
+        "wait_for_cancel",
+        "stats",
+      ]);
+      // Only the paged server was read-only in the first config.
+      expect(own.tools.some((tool) => tool.toolName === "toggle-simulated-logging")).toBe(true);
+      const names = all.tools.map((tool) => tool.toolName);
+      expect(names).toContain("get-sum");
+      expect(names).not.toContain("toggle-simulated-logging");
+      expect(names).not.toContain("gzip-file-as-resource");
+      for (const tool of all.tools) expect(tool.annotations?.readOnlyHint).toBe(true);
+    } finally {
+      await Promise.all([own.close(), all.close()]);
+    }
+  });
+});
+
+describe("clear errors", () => {
+  const configError = (config: unknown, env: Record<string, string> = {}) => {
+    try {
+      parseMcpConfig(config, { env, source: "mcp.json" });
+    } catch (error) {
+      expect(error).toBeInstanceOf(McpConfigError);
+      return error as McpConfigError;
+    }
+    throw new Error("expected a config error");
+  };
+
+  it("names the server and the field of a bad config", () => {
+    expect(configError([]).message).toMatch(/^mcp\.json must be a JSON object/);
+    expect(configError({ servers: {} })).toMatchObject({
+      field: "mcpServers",
+      message: expect.stringMatching(/no "mcpServers"/),
+    });
+    expect(configError({ mcpServers: { gh: {} } })).toMatchObject({
+      server: "gh",
+      message: 'mcp.json: server "gh": needs "command" (a stdio server) or "url" (a Streamable HTTP server)',
+    });
+    expect(configError({ mcpServers: { gh: { command: "x", args: ["a", 2] } } })).toMatchObject({
+      server: "gh",
+      field: "args[1]",
+      message: 'mcp.json: server "gh": "args[1]" must be a string, got number 2',
+    });
+    expect(configError({ mcpServers: { gh: { command: "x", env: { TOKEN: 1 } } } })).toMatchObject({
+      field: "env.TOKEN",
+    });
+    expect(configError({ mcpServers: { web: { url: "not a url" } } })).toMatchObject({ server: "web", field: "url" });
+    expect(configError({ mcpServers: { web: { url: "ftp://x" } } }).message).toMatch(/must be an http: or https: URL/);
+    expect(configError({ mcpServers: { web: { type: "sse", url: "http://x/sse" } } }).message).toMatch(
+      /"sse" is not supported/,
+    );
+    expect(configError({ mcpServers: { web: { url: "http://x", tools: "all" } } })).toMatchObject({ field: "tools" });
+    expect(configError({ mcpServers: { both: { command: "x", url: "http://x" } } }).message).toMatch(
+      /both "command" and "url"/,
+    );
+    expect(
+      configError({ mcpServers: { gh: { url: "http://x", headers: { Authorization: "Bearer ${GH_TOKEN}" } } } }),
+    ).toMatchObject({
+      server: "gh",
+      field: "headers.Authorization",
+      message: expect.stringMatching(/\$\{GH_TOKEN\}, which is not set/),
+    });
+    expect(configError({ mcpServers: { "my-fs": { command: "a" }, my_fs: { command: "b" } } }).message).toMatch(
+      /server "my_fs": its tools would be named my_fs__<tool>, like those of server "my-fs"/,
+    );
+  });
+
+  it("expands ${VAR} and collects warnings for unknown fields and disabled servers", () => {
+    const parsed = parseMcpConfig(
+      {
+        mcpServers: {
+          gh: {
+            url: "https://example.com/${PATHPART}",
+            headers: { Authorization: "Bearer ${TOKEN}" },
+            autoApprove: [],
+          },
+          off: { command: "x", disabled: true },
+          local: { command: "${BIN:-node}", args: ["$${LITERAL}"] },
+        },
+      },
+      { env: { TOKEN: "abc", PATHPART: "mcp" } },
+    );
+    expect(parsed.servers).toMatchObject([
+      { name: "gh", transport: "http", headers: { Authorization: "Bearer abc" } },
+      { name: "local", transport: "stdio", command: "node", args: ["${LITERAL}"] },
+    ]);
+    expect(String((parsed.servers[0] as { url: URL }).url)).toBe("https://example.com/mcp");
+    expect(parsed.warnings).toEqual([
+      'the config: server "gh": unknown field "autoApprove" ignored',
+      'the config: server "off" is disabled and left out',
+    ]);
+  });
+
+  it("reports an upstream that does not start with its stderr tail", async () => {
+    const error = await McpToolset.connect({
+      mcpServers: { fine: everything(), broken: paged("--fail-start") },
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(McpUpstreamError);
+    const upstreamError = error as McpUpstreamError;
+    expect(upstreamError.server).toBe("broken");
+    expect(upstreamError.message).toMatch(
+      /^server "broken" did not start: the process exited before finishing the MCP handshake/,
+    );
+    expect(upstreamError.stderrTail).toContain("fatal: PAGED_TOKEN is not set");
+    expect(upstreamError.message).toContain("Its stderr ended with:\n  paged-server: loading settings");
+
+    const missing = await McpToolset.connect({
+      mcpServers: { ghost: { command: "airlock-no-such-command-here" } },
+    }).catch((e: unknown) => e);
+    expect((missing as Error).message).toMatch(
+      /server "ghost" did not start: command "airlock-no-such-command-here" was not found/,
+    );
+
+    const port = await freePort();
+    const unreachable = await McpToolset.connect({
+      mcpServers: { web: { url: `http://127.0.0.1:${port}/mcp` } },
+    }).catch((e: unknown) => e);
+    expect((unreachable as Error).message).toMatch(
+      new RegExp(`server "web" at http://127.0.0.1:${port}/mcp could not be reached`),
+    );
+  });
+
+  it("reports a tool name collision with both tools", async () => {
+    const error = await McpToolset.connect({ mcpServers: { data: paged("--tools", "1", "--collide") } }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(McpToolCollisionError);
+    expect((error as Error).message).toBe(
+      'Tool name collision: tool "get_value" of server "data" and tool "get-value" of server "data" would both be ' +
+        "tools.data__get_value. Rename one of the servers in the config, or leave one of the tools out with the " +
+        'server\'s "tools" allow-list.',
+    );
+    // The allow-list resolves it.
+    const fixed = await McpToolset.connect({
+      mcpServers: { data: { ...paged("--tools", "1", "--collide"), tools: ["get-value"] } },
+    });
+    expect(fixed.tools.map((tool) => tool.toolName)).toEqual(["get-value"]);
+    await fixed.close();
+  });
+});
+
+describe("closing", () => {
+  it("stops every stdio server it started", async () => {
+    const own = await McpToolset.connect({ mcpServers: { a: everything(), b: paged("--tools", "1") } });
+    const pids = own.upstreams.map((upstream) => upstream.pid as number);
+    for (const pid of pids) expect(isAlive(pid)).toBe(true);
+    await own.close();
+    await waitFor(() => pids.every((pid) => !isAlive(pid)), 5000, "the servers to exit");
+  });
+});
