@@ -179,6 +179,16 @@ export class GuestVm {
       timezoneOffsetHandler: () => 0,
     };
     const wasi = () => ({
+      // QuickJS's own diagnostics written to stdout/stderr are dropped, not passed to the host's streams.
+      fd_write(_fd: number, iovsPtr: number, iovsLen: number, nwrittenPtr: number) {
+        const memory = vm?.exports.memory;
+        if (!memory) return 0;
+        const view = new DataView(memory.buffer);
+        let total = 0;
+        for (let i = 0; i < iovsLen; i++) total += view.getUint32(iovsPtr + i * 8 + 4, true);
+        view.setUint32(nwrittenPtr, total, true);
+        return 0;
+      },
       clock_time_get(clockId: number, _precision: bigint, resultPtr: number) {
         const clock = vm?.clock ?? frozenClock;
         const ms = clockId === 0 ? clock.realtimeMs() : clock.monotonicMs();

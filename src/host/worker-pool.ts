@@ -56,12 +56,9 @@ class PoolWorker {
     this.worker = new Worker(options.workerUrl ?? new URL("./worker.js", import.meta.url), {
       workerData: data,
       resourceLimits: { stackSizeMb: WORKER_STACK_SIZE_MB },
-      stdout: true,
-      stderr: true,
+      // Workers inherit the host's Node flags; --input-type (a host run with -e) makes a worker fail to start.
+      execArgv: process.execArgv.filter((flag) => !flag.startsWith("--input-type")),
     });
-    // The guest has no console of its own; anything a worker prints is dropped rather than buffered without bound.
-    this.worker.stdout.resume();
-    this.worker.stderr.resume();
     this.worker.unref();
     this.ready = new Promise((resolve, reject) => {
       const onFirst = (message: unknown) => {

@@ -16,6 +16,10 @@ export interface WorkerData {
 
 if (!isMainThread && parentPort) {
   const port = parentPort;
+  // Nothing a worker prints reaches the host: the VM's WASI writes are discarded already, and this drops the rest
+  // (a piped stdio stream would also keep the host's event loop alive after the pool went idle).
+  process.stdout.write = () => true;
+  process.stderr.write = () => true;
   const data = workerData as WorkerData;
   // Events leave in batches: everything one turn of the VM produced (calls started together, a loop of text()) is one
   // message, sent once the current command has been handled.
