@@ -21,4 +21,5 @@ export {
   type InlineCodemodeSandboxOptions,
 } from "./sandbox/codemode.ts";
 export * from "./source/index.ts";
+export * from "./tools/index.ts";
 export type * from "./types.ts";

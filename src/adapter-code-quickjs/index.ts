@@ -1,0 +1,149 @@
+/**
+ * `airlock/adapter-code-quickjs`: code-mode adapters that run programs in QuickJS.
+ *
+ * - `createQuickJsSandboxAdapter()` runs them on a warm pool of worker threads of this process (qualified
+ *   `production`): each program gets a fresh VM with a hard heap cap, a stack guard, a CPU limit that excludes time
+ *   spent waiting on tools, and no globals beyond standard JavaScript and its `tools` argument. A worker that does not
+ *   stop in time is terminated. It protects the host from the program's code; it does not protect against a flaw in
+ *   QuickJS or V8 itself. For that, run the VM side in an outer sandbox of your own with the protocol adapter.
+ * - `createQuickJsProtocolAdapter({ id, version, qualification, launch })` runs them on Airlock's VM side in a
+ *   process or sandbox you launch, over the message protocol of PROTOCOL.md; `serveQuickJsProtocol` is that VM side.
+ */
+import { availableParallelism } from "node:os";
+import {
+  makeSandboxAdapter,
+  type SandboxAdapter,
+  type SandboxExecuteRequest,
+  type SandboxQualification,
+} from "../code-mode/adapter.ts";
+import { loadQuickJSWasm } from "../engine/wasm.ts";
+import { WorkerPool } from "../host/worker-pool.ts";
+import { configError } from "../tools/errors.ts";
+import { ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
+import { executeOnLauncher } from "./run.ts";
+
+export {
+  PROTOCOL_BOOT_TIMEOUT_MS,
+  PROTOCOL_STOP_GRACE_MS,
+  QUICKJS_PROTOCOL,
+  QUICKJS_PROTOCOL_VERSION,
+  type QuickJsHostMessage,
+  type QuickJsProtocolTransport,
+  type QuickJsServerTransport,
+  type QuickJsVmMessage,
+  type ServeQuickJsProtocolOptions,
+  serveQuickJsProtocol,
+} from "./protocol.ts";
+export { VM_WALL_SLACK_MS, wrapProgramSource } from "./run.ts";
+
+export const QUICKJS_ADAPTER_ID = "airlock.quickjs";
+export const QUICKJS_ADAPTER_VERSION = "1";
+/** Default VMs per worker: executions of one worker that can wait on tools at once. */
+export const DEFAULT_QUICKJS_VMS_PER_WORKER = 8;
+
+/** An adapter that owns threads or connections: `close()` releases them (pending executions fail). */
+export type ClosableSandboxAdapter = SandboxAdapter & { close(): Promise<void> };
+
+export interface QuickJsSandboxAdapterOptions {
+  /** Worker threads; default the smaller of 2 and the machine's available parallelism. */
+  poolSize?: number;
+  /** Default `DEFAULT_QUICKJS_VMS_PER_WORKER`. */
+  maxVmsPerWorker?: number;
+  /** Path of QuickJS's wasm; default the file of the installed `quickjs-wasi`. */
+  wasmPath?: string;
+}
+
+function positive(value: unknown, field: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > 1024) {
+    throw configError(`${field} must be an integer from 1 to 1024`);
+  }
+  return value;
+}
+
+/**
+ * Runs programs on a worker pool of this process, created on first use and shared by every execution of this
+ * adapter. Call `close()` when done; a closed adapter is unavailable, and programs never fall back to the host.
+ */
+export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOptions = {}): ClosableSandboxAdapter {
+  if (typeof options !== "object" || options === null) throw configError("options must be an object");
+  const size = positive(options.poolSize, "poolSize", Math.min(2, Math.max(1, availableParallelism())));
+  const maxVmsPerWorker = positive(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
+  const wasmPath = options.wasmPath;
+  if (wasmPath !== undefined && typeof wasmPath !== "string") throw configError("wasmPath must be a string");
+  let pool: WorkerPool | undefined;
+  let closed = false;
+  const getPool = (): WorkerPool => {
+    pool ??= new WorkerPool({ module: loadQuickJSWasm(wasmPath), size, maxVmsPerWorker });
+    return pool;
+  };
+  return makeSandboxAdapter(
+    {
+      id: QUICKJS_ADAPTER_ID,
+      version: QUICKJS_ADAPTER_VERSION,
+      qualification: "production",
+      isAvailable: () => {
+        if (closed) return false;
+        try {
+          loadQuickJSWasm(wasmPath);
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      execute: (request: SandboxExecuteRequest) =>
+        closed ? Promise.resolve({ status: "failed", reason: "sandbox_error" }) : executeOnLauncher(getPool(), request),
+    },
+    {
+      close: async () => {
+        closed = true;
+        const open = pool;
+        pool = undefined;
+        await open?.close();
+      },
+    },
+  );
+}
+
+export interface QuickJsProtocolAdapterOptions {
+  id: string;
+  version: string;
+  /** Default `test`: declare `production` only for an outer sandbox whose guarantees you documented and tested. */
+  qualification?: SandboxQualification;
+  /**
+   * Starts the VM side (a process, container or remote sandbox running `serveQuickJsProtocol`) and returns the
+   * host's end of its message channel. Called on first use and again after a connection was closed or broke the
+   * protocol.
+   */
+  launch(): QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>;
+  /** Default: always available. */
+  isAvailable?(): boolean | Promise<boolean>;
+}
+
+/** Runs programs on Airlock's VM side inside a sandbox of your own, over the versioned protocol of PROTOCOL.md. */
+export function createQuickJsProtocolAdapter(options: QuickJsProtocolAdapterOptions): ClosableSandboxAdapter {
+  if (typeof options !== "object" || options === null) {
+    throw configError("createQuickJsProtocolAdapter needs { id, version, launch }");
+  }
+  const { launch, isAvailable } = options;
+  if (typeof launch !== "function") throw configError("launch must be a function");
+  if (isAvailable !== undefined && typeof isAvailable !== "function")
+    throw configError("isAvailable must be a function");
+  let closed = false;
+  const launcher = new ProtocolLauncher(() => launch.call(options));
+  return makeSandboxAdapter(
+    {
+      id: options.id,
+      version: options.version,
+      qualification: options.qualification ?? "test",
+      isAvailable: () => (closed ? false : isAvailable === undefined ? true : isAvailable.call(options)),
+      execute: (request: SandboxExecuteRequest) => executeOnLauncher(launcher, request),
+    },
+    {
+      close: async () => {
+        closed = true;
+        await launcher.close();
+      },
+    },
+  );
+}

@@ -1,0 +1,335 @@
+/**
+ * The QuickJS protocol: Airlock's VM side running in a process or sandbox of your own, reached over a duplex channel
+ * of JSON messages. See PROTOCOL.md next to this file for the messages and their rules.
+ *
+ * Host side: `ProtocolLauncher` is a launcher of the sandbox core over a transport that `launch()` returns; it
+ * multiplexes runs over one connection and replaces a connection that broke the protocol, closed, or did not stop a
+ * run in time. VM side: `serveQuickJsProtocol(transport)` runs Airlock's VM runner behind any transport.
+ */
+import { INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+import {
+  type CallOutcome,
+  PROTOCOL_VERSION as ENGINE_PROTOCOL_VERSION,
+  type HostCommand,
+  parseVmEvent,
+  type RunRequest,
+  type StopReason,
+  type VmEvent,
+} from "../engine/protocol.ts";
+import { VmRunner } from "../engine/runner.ts";
+import { loadQuickJSWasm } from "../engine/wasm.ts";
+import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
+
+/** Name and version of the message protocol; either side refuses a peer that announces another. */
+export const QUICKJS_PROTOCOL = "airlock.quickjs";
+export const QUICKJS_PROTOCOL_VERSION = 1;
+/** Time a launched VM side has to announce itself. */
+export const PROTOCOL_BOOT_TIMEOUT_MS = 15_000;
+/** Time the VM side has to end a run it was told to stop, before the connection is closed. */
+export const PROTOCOL_STOP_GRACE_MS = 500;
+
+/** Host -> VM side. */
+export type QuickJsHostMessage =
+  | { type: "run"; request: RunRequest }
+  | { type: "settle"; exec: number; id: number; outcome: CallOutcome; seq: null; now: null }
+  | { type: "stop"; exec: number; reason: StopReason };
+
+/** VM side -> host. A program run only ever emits `call` and `done` events. */
+export type QuickJsVmMessage =
+  | { type: "ready"; protocol: typeof QUICKJS_PROTOCOL; version: number; engine: number }
+  | { type: "failed"; message: string }
+  | Extract<VmEvent, { type: "call" | "done" }>;
+
+/** The host's end of a connection that `launch()` returns. Messages are plain JSON-compatible objects. */
+export interface QuickJsProtocolTransport {
+  send(message: QuickJsHostMessage): void;
+  onMessage(handler: (message: unknown) => void): void;
+  /** Called when the other end went away (the process exited, the socket closed). */
+  onClose?(handler: () => void): void;
+  /** Ends the connection and whatever runs the VM side (kill the process or sandbox). */
+  close(): void | Promise<void>;
+}
+
+/** The VM side's end of a connection. */
+export interface QuickJsServerTransport {
+  send(message: QuickJsVmMessage): void;
+  onMessage(handler: (message: unknown) => void): void;
+}
+
+interface RunEntry {
+  onEvent: (event: VmEvent) => void;
+  stopTimer?: ReturnType<typeof setTimeout>;
+}
+
+class Connection {
+  readonly runs = new Map<number, RunEntry>();
+  readonly ready: Promise<void>;
+  dead = false;
+  /** Runs told to stop whose end has not arrived yet; new runs go to another connection meanwhile. */
+  stopping = 0;
+  /** No longer the launcher's current connection: closed once its last run ended. */
+  private retired = false;
+  private booted = false;
+  private transport: QuickJsProtocolTransport | undefined;
+  private bootTimer: ReturnType<typeof setTimeout> | undefined;
+  private markReady!: () => void;
+  private markFailed!: () => void;
+
+  constructor(
+    private readonly owner: ProtocolLauncher,
+    launch: () => QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>,
+  ) {
+    this.ready = new Promise<void>((resolve, reject) => {
+      this.markReady = resolve;
+      this.markFailed = () => reject(new Error("the VM side is not available"));
+    });
+    this.ready.catch(() => {});
+    this.bootTimer = setTimeout(
+      () => this.kill("the VM side did not announce itself in time"),
+      PROTOCOL_BOOT_TIMEOUT_MS,
+    );
+    Promise.resolve()
+      .then(launch)
+      .then(
+        (transport) => {
+          if (
+            typeof transport !== "object" ||
+            transport === null ||
+            typeof transport.send !== "function" ||
+            typeof transport.onMessage !== "function" ||
+            typeof transport.close !== "function"
+          ) {
+            this.kill("launch() did not return { send, onMessage, close }");
+            return;
+          }
+          this.transport = transport;
+          if (this.dead) {
+            this.closeTransport();
+            return;
+          }
+          transport.onMessage((message) => this.onMessage(message));
+          transport.onClose?.(() => this.kill("the VM side closed the connection"));
+        },
+        () => this.kill("launch() failed"),
+      );
+  }
+
+  private onMessage(message: unknown): void {
+    if (this.dead) return;
+    const m = message as { type?: unknown; protocol?: unknown; version?: unknown } | null;
+    if (!this.booted) {
+      if (m?.type === "ready" && m.protocol === QUICKJS_PROTOCOL && m.version === QUICKJS_PROTOCOL_VERSION) {
+        this.booted = true;
+        clearTimeout(this.bootTimer);
+        this.markReady();
+      } else {
+        this.kill(m?.type === "failed" ? "the VM side could not boot" : "the VM side speaks another protocol");
+      }
+      return;
+    }
+    let event: VmEvent;
+    try {
+      event = parseVmEvent(message);
+      if (event.type !== "call" && event.type !== "done") throw new Error("unexpected event");
+    } catch {
+      this.kill("the VM side broke the protocol");
+      return;
+    }
+    const entry = this.runs.get(event.exec);
+    if (!entry) {
+      // Late traffic of a run the host stopped is expected; a run id it never issued is not.
+      if (event.exec > this.owner.lastExec) this.kill("the VM side sent a message for an unknown run");
+      return;
+    }
+    if (event.type === "done") this.finishRun(event.exec, entry);
+    entry.onEvent(event);
+  }
+
+  finishRun(exec: number, entry: RunEntry): void {
+    this.runs.delete(exec);
+    if (entry.stopTimer) {
+      clearTimeout(entry.stopTimer);
+      this.stopping--;
+    }
+    if (this.retired && this.runs.size === 0) this.kill("the connection was retired");
+  }
+
+  /** Stops taking runs; the connection closes once its open runs have ended. */
+  retire(): void {
+    this.retired = true;
+    if (this.runs.size === 0) this.kill("the connection was retired");
+  }
+
+  send(message: QuickJsHostMessage): void {
+    if (this.dead || !this.transport) return;
+    try {
+      this.transport.send(message);
+    } catch {
+      this.kill("the connection to the VM side failed");
+    }
+  }
+
+  private closeTransport(): void {
+    try {
+      Promise.resolve(this.transport?.close()).catch(() => {});
+    } catch {
+      // A transport that cannot close is dropped.
+    }
+  }
+
+  /** Closes the connection once and fails its open runs with a sandbox error. */
+  kill(reason: string): void {
+    if (this.dead) return;
+    this.dead = true;
+    clearTimeout(this.bootTimer);
+    this.markFailed();
+    this.closeTransport();
+    const runs = [...this.runs];
+    this.runs.clear();
+    for (const [exec, entry] of runs) {
+      if (entry.stopTimer) clearTimeout(entry.stopTimer);
+      entry.onEvent({
+        type: "done",
+        exec,
+        result: { ok: false, error: { kind: "sandbox", message: reason }, cpuMs: 0, during: null },
+      });
+    }
+  }
+}
+
+/** A launcher of the sandbox core whose VM side is reached through `launch()`. */
+export class ProtocolLauncher implements Launcher {
+  lastExec = 0;
+  private connection: Connection | undefined;
+  private closed = false;
+
+  constructor(private readonly launchTransport: () => QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>) {}
+
+  /**
+   * The connection new runs go to. One that is waiting for a stopped run to end may be about to be closed, so it is
+   * retired and a new one launched: a run never lands on a VM side that is busy with a run it was told to stop.
+   */
+  private current(): Connection {
+    const connection = this.connection;
+    if (!connection || connection.dead || connection.stopping > 0) {
+      if (connection && !connection.dead) connection.retire();
+      this.connection = new Connection(this, this.launchTransport);
+    }
+    return this.connection as Connection;
+  }
+
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
+    const exec = ++this.lastExec;
+    if (this.closed) {
+      queueMicrotask(() =>
+        onEvent({
+          type: "done",
+          exec,
+          result: { ok: false, error: { kind: "sandbox", message: "the adapter is closed" }, cpuMs: 0, during: null },
+        }),
+      );
+      return { settle: () => {}, stop: () => {} };
+    }
+    const connection = this.current();
+    const entry: RunEntry = { onEvent };
+    connection.runs.set(exec, entry);
+    connection.ready.then(
+      () => {
+        if (connection.runs.has(exec)) connection.send({ type: "run", request: { ...request, exec, slot: 0 } });
+      },
+      () => {},
+    );
+    return {
+      settle: (id, outcome) => {
+        if (connection.runs.has(exec)) connection.send({ type: "settle", exec, id, outcome, seq: null, now: null });
+      },
+      stop: (reason) => {
+        if (!connection.runs.has(exec) || entry.stopTimer) return;
+        connection.send({ type: "stop", exec, reason });
+        connection.stopping++;
+        // A VM side busy computing cannot read the stop; it is closed if the run does not end in time.
+        entry.stopTimer = setTimeout(
+          () => connection.kill("the VM side did not stop a run in time"),
+          PROTOCOL_STOP_GRACE_MS,
+        );
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.connection?.kill("the adapter is closed");
+  }
+}
+
+export interface ServeQuickJsProtocolOptions {
+  /** Path of QuickJS's wasm; default the file of the installed `quickjs-wasi`. */
+  wasmPath?: string;
+  /** VMs kept for runs that wait on tools at once; default 8. */
+  maxVms?: number;
+  /** QuickJS's stack guard; default the main-thread-safe `INLINE_MAX_STACK_SIZE`. */
+  maxStackSize?: number;
+}
+
+function isHostCommand(value: unknown): value is HostCommand {
+  if (typeof value !== "object" || value === null) return false;
+  const m = value as Record<string, unknown>;
+  if (m.type === "run") {
+    const r = m.request as Record<string, unknown> | null;
+    return (
+      typeof r === "object" &&
+      r !== null &&
+      typeof r.exec === "number" &&
+      typeof r.code === "string" &&
+      typeof r.memoryLimitBytes === "number" &&
+      typeof r.program === "object" &&
+      r.program !== null
+    );
+  }
+  if (m.type === "settle")
+    return typeof m.exec === "number" && typeof m.id === "number" && typeof m.outcome === "object";
+  if (m.type === "stop") return typeof m.exec === "number" && (m.reason === "timeout" || m.reason === "aborted");
+  return false;
+}
+
+/**
+ * Runs Airlock's VM side behind a transport: announces itself with a `ready` message, then runs the programs the
+ * host sends. Only program runs are accepted. Returns a handle whose `close()` releases the VMs.
+ */
+export function serveQuickJsProtocol(
+  transport: QuickJsServerTransport,
+  options: ServeQuickJsProtocolOptions = {},
+): { readonly ready: Promise<void>; close(): void } {
+  const runner = new VmRunner({
+    module: loadQuickJSWasm(options.wasmPath),
+    maxStackSize: options.maxStackSize ?? INLINE_MAX_STACK_SIZE,
+    maxVms: options.maxVms ?? 8,
+    emit: (event) => transport.send(event as QuickJsVmMessage),
+  });
+  let isReady = false;
+  const ready = runner.init().then(() => {
+    isReady = true;
+  });
+  transport.onMessage((message) => {
+    if (!isHostCommand(message)) return;
+    // Only programs: a request without a program would get the script environment.
+    if (message.type === "run" && message.request.program === null) return;
+    if (isReady) runner.handle(message);
+    else
+      ready.then(
+        () => runner.handle(message),
+        () => {},
+      );
+  });
+  ready.then(
+    () =>
+      transport.send({
+        type: "ready",
+        protocol: QUICKJS_PROTOCOL,
+        version: QUICKJS_PROTOCOL_VERSION,
+        engine: ENGINE_PROTOCOL_VERSION,
+      }),
+    () => transport.send({ type: "failed", message: "the VM could not boot" }),
+  );
+  return Object.freeze({ ready, close: () => runner.close() });
+}

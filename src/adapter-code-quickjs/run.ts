@@ -1,0 +1,61 @@
+/**
+ * Runs a program of the code-mode executor on any launcher of the sandbox core (worker pool, protocol). The
+ * program's source is wrapped so that its return value is turned into JSON text inside the VM: a value that is not
+ * JSON (a BigInt, a cycle, `undefined`, a function) is reported as `invalid_output`, and a text over the program's
+ * `maxOutputBytes` is cut to one character more than the limit before it leaves the VM, so the host never holds an
+ * oversized output. The executor checks the text again; a program that forges the wrapper's answer only fails itself.
+ */
+import type { SandboxExecuteRequest, SandboxResult } from "../code-mode/adapter.ts";
+import type { Launcher } from "../host/launcher.ts";
+import { runProgram } from "../host/program.ts";
+
+/** The VM's own wall-clock deadline trails the executor's, which is the one that ends an execution. */
+export const VM_WALL_SLACK_MS = 1_000;
+
+/**
+ * `stringify` is captured before the program runs. The wrapper and the program share line 1, so line numbers in the
+ * program's stack stay exact; the program's source is evaluated outside the wrapper's scope.
+ */
+export function wrapProgramSource(source: string, maxOutputBytes: number): string {
+  return (
+    `((stringify, program) => async (input, tools) => { const value = await program(input, tools); let json; ` +
+    `try { json = stringify(value); } catch { return { r: "not_json" }; } ` +
+    `if (typeof json !== "string") return { r: "not_json" }; ` +
+    `return json.length > ${maxOutputBytes} ? { j: json.slice(0, ${maxOutputBytes + 1}) } : { j: json }; })` +
+    `(JSON.stringify, ${source}\n)`
+  );
+}
+
+export async function executeOnLauncher(launcher: Launcher, request: SandboxExecuteRequest): Promise<SandboxResult> {
+  const { program } = request;
+  if (program.language !== "javascript") return { status: "failed", reason: "unsupported_program" };
+  const { limits } = program;
+  const result = await runProgram(launcher, {
+    source: wrapProgramSource(program.source, limits.maxOutputBytes),
+    inputJson: request.inputJson,
+    memoryLimitBytes: limits.memoryBytes,
+    cpuLimitMs: limits.cpuMillis,
+    wallTimeMs: limits.wallTimeMillis + VM_WALL_SLACK_MS,
+    signal: request.signal,
+    call: (toolId, input, signal) => request.tools.call(toolId, input, signal),
+  });
+  if (result.status === "succeeded") {
+    const envelope = result.output as { j?: unknown; r?: unknown } | null;
+    if (typeof envelope === "object" && envelope !== null && typeof envelope.j === "string") {
+      return { status: "succeeded", outputJson: envelope.j };
+    }
+    return { status: "failed", reason: "invalid_output" };
+  }
+  switch (result.reason) {
+    case "program_error":
+      return result.programError === undefined
+        ? { status: "failed", reason: "program_error" }
+        : { status: "failed", reason: "program_error", programError: result.programError };
+    case "cpu_limit":
+    case "memory_limit":
+      return { status: "failed", reason: result.reason };
+    default:
+      // timeout, aborted, sandbox_error: the executor knows why it stopped the run; anything else is the sandbox's.
+      return { status: "failed", reason: "sandbox_error" };
+  }
+}

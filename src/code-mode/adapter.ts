@@ -1,0 +1,143 @@
+/**
+ * Sandbox adapters: where a program runs. `defineSandboxAdapter` wraps any sandbox; Airlock's own adapters
+ * (`airlock/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
+ */
+import type { JsonValue } from "../json/index.ts";
+import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
+import { configError } from "../tools/errors.ts";
+import { checkName } from "../tools/validate.ts";
+import type { CodeLanguage, CodeProgramLimits } from "./program.ts";
+
+/**
+ * `production`: the sandbox meets guarantees its author documented and tested; `createCodeMode` accepts it.
+ * `test`: for fixtures and experiments; `createCodeMode` refuses it (UNSUPPORTED_PROFILE) unless `allowTestAdapter`.
+ */
+export type SandboxQualification = "production" | "test";
+
+export type SandboxFailureReason =
+  | "program_error"
+  | "cpu_limit"
+  | "memory_limit"
+  | "invalid_output"
+  | "unsupported_program"
+  | "sandbox_error";
+
+export const SANDBOX_FAILURE_REASONS: readonly SandboxFailureReason[] = Object.freeze([
+  "program_error",
+  "cpu_limit",
+  "memory_limit",
+  "invalid_output",
+  "unsupported_program",
+  "sandbox_error",
+]);
+
+/** What a program's `tools.call(toolId, input)` resolves to. It never rejects for a tool failure. */
+export type ToolCallResult =
+  | { readonly status: "succeeded"; readonly output: JsonValue }
+  | { readonly status: FailureStatus; readonly error: { readonly code: ErrorCode; readonly message: string } };
+
+/** The program as a sandbox sees it. */
+export interface SandboxProgram {
+  readonly id: string;
+  readonly version: string;
+  readonly digest: string;
+  readonly language: CodeLanguage;
+  readonly source: string;
+  readonly limits: CodeProgramLimits;
+}
+
+export interface SandboxToolsBridge {
+  /**
+   * Makes a tool call for the program. `input` is what the program passed (any value; the executor checks it). The
+   * optional signal cancels the call; every call is cancelled when the execution ends.
+   */
+  call(toolId: string, input: unknown, signal?: AbortSignal): Promise<ToolCallResult>;
+}
+
+export interface SandboxExecuteRequest {
+  readonly program: SandboxProgram;
+  /** The validated input, and the same as JSON text. */
+  readonly input: JsonValue;
+  readonly inputJson: string;
+  readonly tools: SandboxToolsBridge;
+  /** Aborts when the execution ends early (wall time, the caller's signal, a limit); stop the program then. */
+  readonly signal: AbortSignal;
+}
+
+export interface ProgramErrorInfo {
+  readonly name: string;
+  readonly message: string;
+}
+
+/**
+ * A sandbox's answer. On success, give the output as a value or, if the sandbox has it as JSON text, as
+ * `outputJson` (its size is then checked before it is parsed). On failure, give a reason and, when the program itself
+ * threw, `programError`.
+ */
+export type SandboxResult =
+  | { readonly status: "succeeded"; readonly output: unknown }
+  | { readonly status: "succeeded"; readonly outputJson: string }
+  | {
+      readonly status: "failed";
+      readonly reason?: SandboxFailureReason;
+      readonly programError?: ProgramErrorInfo;
+    };
+
+export interface SandboxAdapterDefinition {
+  id: string;
+  version: string;
+  qualification: SandboxQualification;
+  /** Whether the sandbox can run programs now. An unavailable adapter fails the execution; nothing runs on the host. */
+  isAvailable(): boolean | Promise<boolean>;
+  execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
+}
+
+export interface SandboxAdapter {
+  readonly kind: "airlock.sandbox-adapter";
+  readonly id: string;
+  readonly version: string;
+  readonly qualification: SandboxQualification;
+  isAvailable(): boolean | Promise<boolean>;
+  execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
+}
+
+const adapters = new WeakSet<object>();
+
+/** True only for adapters made by `defineSandboxAdapter` or Airlock's own adapter factories. */
+export function isSandboxAdapter(value: unknown): value is SandboxAdapter {
+  return typeof value === "object" && value !== null && adapters.has(value);
+}
+
+/** Wraps a sandbox of your own. Declare `production` only for a sandbox whose guarantees you documented and tested. */
+export function defineSandboxAdapter(definition: SandboxAdapterDefinition): SandboxAdapter {
+  return makeSandboxAdapter(definition, {});
+}
+
+/** Airlock's own factories add their extra members (such as `close()`) here. */
+export function makeSandboxAdapter<X extends object>(
+  definition: SandboxAdapterDefinition,
+  extra: X,
+): SandboxAdapter & X {
+  if (typeof definition !== "object" || definition === null) {
+    throw configError("defineSandboxAdapter needs { id, version, qualification, isAvailable, execute }");
+  }
+  const id = checkName(definition.id, "adapter id");
+  const version = checkName(definition.version, "adapter version");
+  const { qualification, isAvailable, execute } = definition;
+  if (qualification !== "production" && qualification !== "test") {
+    throw configError("adapter qualification must be 'production' or 'test'");
+  }
+  if (typeof isAvailable !== "function") throw configError("adapter isAvailable must be a function");
+  if (typeof execute !== "function") throw configError("adapter execute must be a function");
+  const adapter = Object.freeze({
+    ...extra,
+    kind: "airlock.sandbox-adapter" as const,
+    id,
+    version,
+    qualification,
+    isAvailable: () => isAvailable.call(definition),
+    execute: (request: SandboxExecuteRequest) => execute.call(definition, request),
+  });
+  adapters.add(adapter);
+  return adapter;
+}

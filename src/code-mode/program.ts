@@ -1,0 +1,186 @@
+/**
+ * Programs: `defineCodeProgram` captures a program without running it. The result is frozen and carries a SHA-256
+ * digest over the canonical JSON of its source, tools (by id, version and digest), limits and metadata (including
+ * the JSON Schema of its input and output), so that approvals and audit records can refer to that exact program.
+ */
+import type { z } from "zod";
+import { jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
+import { type AnyTool, isTool } from "../tools/define.ts";
+import { configError } from "../tools/errors.ts";
+import { checkInteger, checkName, checkSchema, checkText, schemaDescription } from "../tools/validate.ts";
+
+/** Characters of a program's source. */
+export const MAX_SOURCE_CHARS = 1024 * 1024;
+/** Largest byte cap of a value crossing the sandbox boundary (input, output, one tool input). */
+export const MAX_BOUNDARY_BYTES = 4 * 1024 * 1024;
+
+/** Every limit is required; zero never means unlimited. */
+export interface CodeProgramLimits {
+  /** Time the program may compute; time waiting on tools does not count. */
+  readonly cpuMillis: number;
+  /** Wall-clock time of the whole execution, tool calls included. */
+  readonly wallTimeMillis: number;
+  /** Heap of the sandbox. */
+  readonly memoryBytes: number;
+  /** Scratch storage for sandboxes that have a file system; QuickJS has none, so it uses none. */
+  readonly scratchBytes: number;
+  /** UTF-8 bytes of the input's JSON. */
+  readonly maxInputBytes: number;
+  /** UTF-8 bytes of the output's JSON. */
+  readonly maxOutputBytes: number;
+  /** UTF-8 bytes of one tool call's input JSON. */
+  readonly maxToolInputBytes: number;
+  /** Tool calls the program may make; calls past it get LIMIT_EXCEEDED. */
+  readonly maxToolCalls: number;
+  /** Tool calls in flight at once; further calls wait their turn. */
+  readonly maxToolConcurrency: number;
+}
+
+/** The range of each limit, inclusive. */
+export const CODE_PROGRAM_LIMIT_RANGES: { readonly [K in keyof CodeProgramLimits]: readonly [number, number] } =
+  Object.freeze({
+    cpuMillis: [1, 60 * 60 * 1000],
+    wallTimeMillis: [1, 24 * 60 * 60 * 1000],
+    memoryBytes: [1024 * 1024, 4 * 1024 * 1024 * 1024],
+    scratchBytes: [0, 64 * 1024 * 1024 * 1024],
+    maxInputBytes: [1, MAX_BOUNDARY_BYTES],
+    maxOutputBytes: [1, MAX_BOUNDARY_BYTES],
+    maxToolInputBytes: [1, MAX_BOUNDARY_BYTES],
+    maxToolCalls: [0, 100_000],
+    maxToolConcurrency: [1, 256],
+  } as const);
+
+const LIMIT_NAMES = Object.keys(CODE_PROGRAM_LIMIT_RANGES) as (keyof CodeProgramLimits)[];
+
+export type CodeLanguage = "javascript";
+
+export interface CodeProgramDefinition<I extends z.ZodType, O extends z.ZodType> {
+  id: string;
+  version: string;
+  /** What the program is for, in words an approver reads. */
+  intent: string;
+  language: CodeLanguage;
+  /** A function expression: `async (input, tools) => output`. */
+  source: string;
+  input: I;
+  output: O;
+  inputSchemaId: string;
+  outputSchemaId: string;
+  /** The only tools the program can call. */
+  tools: readonly AnyTool[];
+  limits: CodeProgramLimits;
+}
+
+export interface CodeProgram<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.ZodType> {
+  readonly kind: "airlock.code-program";
+  readonly id: string;
+  readonly version: string;
+  readonly intent: string;
+  readonly language: CodeLanguage;
+  /** The source as digested: line endings normalised to `\n`. */
+  readonly source: string;
+  readonly input: I;
+  readonly output: O;
+  readonly inputSchemaId: string;
+  readonly outputSchemaId: string;
+  readonly tools: readonly AnyTool[];
+  readonly limits: CodeProgramLimits;
+  /** `maxToolCalls` times the most expensive tool's `costMicros`. */
+  readonly maximumCostMicros: number;
+  /** `sha256:` and the hex SHA-256 of the canonical JSON of everything above. */
+  readonly digest: string;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: a program of any schemas.
+export type AnyCodeProgram = CodeProgram<any, any>;
+
+const programs = new WeakSet<object>();
+
+/** True only for programs made by `defineCodeProgram`. */
+export function isCodeProgram(value: unknown): value is AnyCodeProgram {
+  return typeof value === "object" && value !== null && programs.has(value);
+}
+
+export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
+  definition: CodeProgramDefinition<I, O>,
+): CodeProgram<I, O> {
+  if (typeof definition !== "object" || definition === null) {
+    throw configError("defineCodeProgram needs a definition object");
+  }
+  const id = checkName(definition.id, "program id");
+  const version = checkName(definition.version, "program version");
+  const intent = checkText(definition.intent, "program intent");
+  if (definition.language !== "javascript") throw configError("program language must be 'javascript'");
+  if (typeof definition.source !== "string" || definition.source.trim() === "") {
+    throw configError("program source must be a non-empty string");
+  }
+  if (definition.source.length > MAX_SOURCE_CHARS) {
+    throw configError(`program source may have at most ${MAX_SOURCE_CHARS} characters`);
+  }
+  const source = definition.source.replace(/\r\n?/g, "\n");
+  const input = checkSchema(definition.input, "program input") as I;
+  const output = checkSchema(definition.output, "program output") as O;
+  const inputSchemaId = checkName(definition.inputSchemaId, "program inputSchemaId");
+  const outputSchemaId = checkName(definition.outputSchemaId, "program outputSchemaId");
+  if (!Array.isArray(definition.tools)) throw configError("program tools must be an array of tools");
+  const ids = new Set<string>();
+  for (const tool of definition.tools) {
+    if (!isTool(tool)) throw configError("program tools must be made by defineTool");
+    if (ids.has(tool.id)) throw configError("program tools must have distinct ids");
+    ids.add(tool.id);
+  }
+  const tools = Object.freeze([...definition.tools]);
+  const limits = checkLimits(definition.limits);
+  const maxCost = tools.reduce((max, tool) => Math.max(max, tool.costMicros), 0);
+  const maximumCostMicros = Math.min(maxCost * limits.maxToolCalls, Number.MAX_SAFE_INTEGER);
+  const digest = jsonDigest(
+    {
+      kind: "airlock.code-program/1",
+      id,
+      version,
+      intent,
+      language: "javascript",
+      source,
+      inputSchemaId,
+      outputSchemaId,
+      input: schemaDescription(input, "input"),
+      output: schemaDescription(output, "output"),
+      tools: tools.map((tool) => ({ id: tool.id, version: tool.version, digest: tool.digest })),
+      limits: { ...limits },
+    },
+    { maxBytes: MAX_JSON_BYTES },
+  );
+  const program: CodeProgram<I, O> = Object.freeze({
+    kind: "airlock.code-program" as const,
+    id,
+    version,
+    intent,
+    language: "javascript" as const,
+    source,
+    input,
+    output,
+    inputSchemaId,
+    outputSchemaId,
+    tools,
+    limits,
+    maximumCostMicros,
+    digest,
+  });
+  programs.add(program);
+  return program;
+}
+
+function checkLimits(value: unknown): CodeProgramLimits {
+  if (typeof value !== "object" || value === null) throw configError("program limits are required");
+  for (const key of Object.keys(value)) {
+    if (!LIMIT_NAMES.includes(key as keyof CodeProgramLimits)) throw configError(`program limits has an unknown limit`);
+  }
+  const limits = {} as Record<keyof CodeProgramLimits, number>;
+  for (const name of LIMIT_NAMES) {
+    const [min, max] = CODE_PROGRAM_LIMIT_RANGES[name];
+    const limit = (value as Record<string, unknown>)[name];
+    if (limit === undefined) throw configError(`program limits.${name} is required`);
+    limits[name] = checkInteger(limit, `program limits.${name}`, min, max);
+  }
+  return Object.freeze(limits);
+}

@@ -1,0 +1,188 @@
+/** Typed tools: `defineTool` validates a definition once and returns a frozen tool with a digest. */
+import type { z } from "zod";
+import { type JsonValue, jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
+import { configError } from "./errors.ts";
+import {
+  checkInteger,
+  checkName,
+  checkNames,
+  checkSchema,
+  checkText,
+  MAX_NAME_CHARS,
+  schemaDescription,
+} from "./validate.ts";
+
+/** What a tool does to the world: reads, writes, or acts on the host itself. Each needs `effect:<effect>`. */
+export type ToolEffect = "read" | "write" | "host";
+export const TOOL_EFFECTS: readonly ToolEffect[] = Object.freeze(["read", "write", "host"]);
+
+/** Default time a tool may run before it is stopped (`TIMEOUT`, or `OUTCOME_UNKNOWN` for write and host tools). */
+export const DEFAULT_TOOL_TIMEOUT_MS = 30_000;
+/** Longest `timeoutMillis` a tool may declare. */
+export const MAX_TOOL_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+/** Largest `costMicros` of one call. */
+export const MAX_COST_MICROS = Number.MAX_SAFE_INTEGER;
+
+/**
+ * The trusted scope of a call: whose data a tool may touch. The host passes it; a program never can. Tools learn
+ * the principal, tenant or project only from here, never from their input.
+ */
+export interface Scope {
+  readonly principalId: string;
+  readonly [key: string]: JsonValue | undefined;
+}
+
+export interface ToolContext {
+  readonly runId: string;
+  readonly callId: string;
+  /** A deep-frozen copy of the scope the host passed. */
+  readonly scope: Scope;
+  /** Aborted when the call is cancelled or times out; honour it. */
+  readonly signal: AbortSignal;
+}
+
+export type GuardDecision = boolean | { readonly allow: boolean };
+
+/**
+ * A policy check that runs before a tool (after its input was validated and its permissions checked). `false` or
+ * `{ allow: false }` blocks the call (`GUARD_BLOCKED`); a guard that throws or does not answer in time makes it
+ * `GUARD_UNAVAILABLE`.
+ */
+export interface ToolGuard<I = unknown> {
+  readonly id: string;
+  check(input: I, context: ToolContext): GuardDecision | Promise<GuardDecision>;
+}
+
+export interface ToolDefinition<I extends z.ZodType, O extends z.ZodType> {
+  /** `tool:<id>` is the permission that grants it. */
+  id: string;
+  version: string;
+  description: string;
+  input: I;
+  output: O;
+  effects: ToolEffect;
+  /** Further permissions a caller must hold, exactly as written. */
+  capabilities: readonly string[];
+  /** Cost of one call, reserved on the budget before the tool runs. */
+  costMicros: number;
+  execute(input: z.output<I>, context: ToolContext): Promise<z.input<O>> | z.input<O>;
+  guards?: readonly ToolGuard<z.output<I>>[];
+  /** Roles that may see the tool in a caller-scoped registry; none means any role. */
+  roles?: readonly string[];
+  /** Permissions a caller must hold to see the tool in a caller-scoped registry. */
+  permissions?: readonly string[];
+  /** Default `DEFAULT_TOOL_TIMEOUT_MS`. */
+  timeoutMillis?: number;
+}
+
+export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.ZodType> {
+  readonly kind: "airlock.tool";
+  readonly id: string;
+  readonly version: string;
+  readonly description: string;
+  readonly input: I;
+  readonly output: O;
+  readonly effects: ToolEffect;
+  readonly capabilities: readonly string[];
+  readonly costMicros: number;
+  readonly guards: readonly ToolGuard<z.output<I>>[];
+  readonly roles: readonly string[];
+  readonly permissions: readonly string[];
+  readonly timeoutMillis: number;
+  /** SHA-256 over the canonical JSON of everything above except `execute` and the guards' code. */
+  readonly digest: string;
+  execute(input: z.output<I>, context: ToolContext): Promise<z.input<O>> | z.input<O>;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: a tool of any schemas; its execute is only ever called with validated input.
+export type AnyTool = Tool<any, any>;
+
+const tools = new WeakSet<object>();
+
+/** True only for tools made by `defineTool` (copies, spreads and look-alikes are not). */
+export function isTool(value: unknown): value is AnyTool {
+  return typeof value === "object" && value !== null && tools.has(value);
+}
+
+/** The permissions `invokeTool` requires for a tool: `tool:<id>`, `effect:<effect>` and every capability. */
+export function requiredPermissions(tool: AnyTool): readonly string[] {
+  return [`tool:${tool.id}`, `effect:${tool.effects}`, ...tool.capabilities];
+}
+
+export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition: ToolDefinition<I, O>): Tool<I, O> {
+  if (typeof definition !== "object" || definition === null) throw configError("defineTool needs a definition object");
+  const id = checkName(definition.id, "tool id");
+  const version = checkName(definition.version, "tool version");
+  const description = checkText(definition.description, "tool description");
+  const input = checkSchema(definition.input, "tool input") as I;
+  const output = checkSchema(definition.output, "tool output") as O;
+  if (!TOOL_EFFECTS.includes(definition.effects)) throw configError("tool effects must be 'read', 'write' or 'host'");
+  const capabilities = checkNames(definition.capabilities, "tool capabilities", true);
+  const costMicros = checkInteger(definition.costMicros, "tool costMicros", 0, MAX_COST_MICROS);
+  if (typeof definition.execute !== "function") throw configError("tool execute must be a function");
+  const guards = checkGuards(definition.guards);
+  const roles = checkNames(definition.roles, "tool roles", false);
+  const permissions = checkNames(definition.permissions, "tool permissions", false);
+  const timeoutMillis =
+    definition.timeoutMillis === undefined
+      ? DEFAULT_TOOL_TIMEOUT_MS
+      : checkInteger(definition.timeoutMillis, "tool timeoutMillis", 1, MAX_TOOL_TIMEOUT_MS);
+  const digest = jsonDigest(
+    {
+      kind: "airlock.tool/1",
+      id,
+      version,
+      description,
+      effects: definition.effects,
+      capabilities: [...capabilities].sort(),
+      costMicros,
+      roles: [...roles].sort(),
+      permissions: [...permissions].sort(),
+      timeoutMillis,
+      guards: guards.map((g) => g.id),
+      input: schemaDescription(input, "input"),
+      output: schemaDescription(output, "output"),
+    },
+    { maxBytes: MAX_JSON_BYTES },
+  );
+  const execute = definition.execute;
+  const tool: Tool<I, O> = Object.freeze({
+    kind: "airlock.tool" as const,
+    id,
+    version,
+    description,
+    input,
+    output,
+    effects: definition.effects,
+    capabilities,
+    costMicros,
+    guards,
+    roles,
+    permissions,
+    timeoutMillis,
+    digest,
+    execute: (value: z.output<I>, context: ToolContext) => execute(value, context),
+  });
+  tools.add(tool);
+  return tool;
+}
+
+function checkGuards<I>(value: unknown): readonly ToolGuard<I>[] {
+  if (value === undefined) return Object.freeze([]);
+  if (!Array.isArray(value)) throw configError("tool guards must be an array");
+  const ids = new Set<string>();
+  const guards: ToolGuard<I>[] = [];
+  for (const guard of value as unknown[]) {
+    if (typeof guard !== "object" || guard === null || typeof (guard as ToolGuard).check !== "function") {
+      throw configError("every tool guard must be { id, check(input, context) }");
+    }
+    const id = checkName((guard as ToolGuard).id, "guard id");
+    if (ids.has(id)) throw configError("tool guards must have distinct ids");
+    ids.add(id);
+    const check = (guard as ToolGuard<I>).check;
+    guards.push(Object.freeze({ id, check: (input: I, context: ToolContext) => check.call(guard, input, context) }));
+  }
+  return Object.freeze(guards);
+}
+
+export { MAX_NAME_CHARS };

@@ -1,0 +1,298 @@
+/**
+ * The QuickJS protocol adapter: Airlock's VM side in a process of the test's own (a child speaking newline-delimited
+ * JSON on stdio), its qualification, and a VM side that misbehaves: garbage, another protocol version, a run it was
+ * never sent, a launch that fails, a busy VM side that cannot read a stop.
+ */
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { AirlockError, Budget, defineTool, invokeTool, z } from "airlock";
+import {
+  createQuickJsProtocolAdapter,
+  QUICKJS_PROTOCOL,
+  QUICKJS_PROTOCOL_VERSION,
+  type QuickJsHostMessage,
+  type QuickJsProtocolTransport,
+  type QuickJsVmMessage,
+  serveQuickJsProtocol,
+} from "airlock/adapter-code-quickjs";
+import {
+  type CodeExecutionOutcome,
+  type CodeModeInvokeTool,
+  createCodeMode,
+  defineCodeProgram,
+} from "airlock/code-mode";
+import { afterAll, describe, expect, it } from "vitest";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const VM_SIDE = `
+import { createInterface } from "node:readline";
+import { serveQuickJsProtocol } from "airlock/adapter-code-quickjs";
+let deliver = () => {};
+createInterface({ input: process.stdin }).on("line", (line) => { try { deliver(JSON.parse(line)); } catch {} });
+serveQuickJsProtocol({ send: (m) => process.stdout.write(JSON.stringify(m) + "\\n"), onMessage: (h) => { deliver = h; } });
+`;
+
+const children: { pid: number | undefined; killed: boolean; exited: boolean }[] = [];
+function launchChild(): QuickJsProtocolTransport {
+  const child = spawn(process.execPath, ["--input-type=module", "-e", VM_SIDE], {
+    cwd: ROOT,
+    stdio: ["pipe", "pipe", "ignore"],
+  });
+  const record = { pid: child.pid, killed: false, exited: false };
+  children.push(record);
+  child.once("exit", () => {
+    record.exited = true;
+  });
+  child.stdin.on("error", () => {});
+  let deliver: (message: unknown) => void = () => {};
+  createInterface({ input: child.stdout }).on("line", (line) => {
+    try {
+      deliver(JSON.parse(line));
+    } catch {
+      deliver({ type: "garbage" });
+    }
+  });
+  return {
+    send: (message) => child.stdin.write(`${JSON.stringify(message)}\n`),
+    onMessage: (handler) => {
+      deliver = handler;
+    },
+    onClose: (handler) => child.once("exit", handler),
+    close: () => {
+      record.killed = true;
+      child.kill("SIGKILL");
+    },
+  };
+}
+
+/** A VM side written by the test: `answer` sees every host message and may reply. */
+function fakeLaunch(answer: (message: QuickJsHostMessage, reply: (message: unknown) => void) => void, hello?: unknown) {
+  const state = { launches: 0, closes: 0, runsSent: 0 };
+  const launch = (): QuickJsProtocolTransport => {
+    state.launches++;
+    let deliver: (message: unknown) => void = () => {};
+    const reply = (message: unknown) => setTimeout(() => deliver(message), 1);
+    reply(hello ?? { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, engine: 1 });
+    return {
+      send: (message) => {
+        if (message.type === "run") state.runsSent++;
+        answer(message, reply);
+      },
+      onMessage: (handler) => {
+        deliver = handler;
+      },
+      close: () => {
+        state.closes++;
+      },
+    };
+  };
+  return { state, launch };
+}
+
+const echo = defineTool({
+  id: "echo",
+  version: "1",
+  description: "Returns its input.",
+  input: z.object({ value: z.unknown() }),
+  output: z.object({ value: z.unknown() }),
+  effects: "read",
+  capabilities: [],
+  costMicros: 0,
+  execute: ({ value }) => ({ value }),
+});
+const broker: CodeModeInvokeTool = (tool, input, context) =>
+  invokeTool(tool, input, {
+    ...context,
+    permissions: { allow: [`tool:${tool.id}`, `effect:${tool.effects}`] },
+    budget: new Budget(0, 1_000),
+  });
+const program = (source: string, cpuMillis = 1_000) =>
+  defineCodeProgram({
+    id: "p",
+    version: "1",
+    intent: "A test.",
+    language: "javascript",
+    source,
+    input: z.unknown(),
+    output: z.unknown(),
+    inputSchemaId: "any.v1",
+    outputSchemaId: "any.v1",
+    tools: [echo],
+    limits: {
+      cpuMillis,
+      wallTimeMillis: 10_000,
+      memoryBytes: 32 * 1024 * 1024,
+      scratchBytes: 0,
+      maxInputBytes: 4_096,
+      maxOutputBytes: 4_096,
+      maxToolInputBytes: 1_024,
+      maxToolCalls: 20,
+      maxToolConcurrency: 2,
+    },
+  });
+let sequence = 0;
+const run = (signal?: AbortSignal) => ({
+  runId: "r",
+  executionId: `proto-${++sequence}`,
+  scope: { principalId: "p" },
+  signal,
+});
+const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
+
+describe("the QuickJS protocol adapter", () => {
+  const adapter = createQuickJsProtocolAdapter({ id: "child-process", version: "1", launch: launchChild });
+  afterAll(() => adapter.close());
+
+  it("is qualified 'test' by default: refused with UNSUPPORTED_PROFILE unless allowTestAdapter", () => {
+    expect(adapter.qualification).toBe("test");
+    try {
+      createCodeMode({ adapter, invokeTool: broker });
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(AirlockError);
+      expect((error as AirlockError).code).toBe("UNSUPPORTED_PROFILE");
+    }
+    const production = createQuickJsProtocolAdapter({
+      id: "declared",
+      version: "1",
+      qualification: "production",
+      launch: launchChild,
+    });
+    expect(createCodeMode({ adapter: production, invokeTool: broker }).adapter.qualification).toBe("production");
+    expect(() => createQuickJsProtocolAdapter({ id: "x", version: "1" } as never)).toThrow(AirlockError);
+  });
+
+  it("runs programs and their tool calls in the child process", async () => {
+    const mode = createCodeMode({ adapter, invokeTool: broker, allowTestAdapter: true });
+    const sum = program(`async (input, tools) => {
+      const results = await Promise.all(input.map((value) => tools.call("echo", { value })));
+      return results.reduce((total, r) => total + r.output.value, 0);
+    }`);
+    expect(await mode.execute(sum, [1, 2, 3, 4], run())).toMatchObject({ status: "succeeded", output: 10 });
+    const spin = await mode.execute(program("async () => { while (true) {} }", 50), null, run());
+    expect(codeOf(spin)).toBe("LIMIT_EXCEEDED");
+    const thrown = await mode.execute(program(`async () => { throw new RangeError("nope"); }`), null, run());
+    expect(thrown.status !== "succeeded" && thrown.programError).toEqual({ name: "RangeError", message: "nope" });
+    expect(children.filter((c) => !c.killed)).toHaveLength(1);
+  });
+
+  it("closes a VM side that is too busy to read a stop, and launches a new one for the next run", async () => {
+    const mode = createCodeMode({ adapter, invokeTool: broker, allowTestAdapter: true });
+    const before = children.length;
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 100);
+    const started = Date.now();
+    const busy = children.at(-1);
+    const outcome = await mode.execute(program("async () => { while (true) {} }", 8_000), null, run(controller.signal));
+    expect(outcome.status).toBe("cancelled");
+    expect(Date.now() - started).toBeLessThan(3_000);
+    // The next run goes to a new VM side at once; the busy one is closed when its stop grace ends.
+    expect(await mode.execute(program("async () => 5"), null, run())).toMatchObject({ status: "succeeded", output: 5 });
+    expect(children.length).toBe(before + 1);
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    expect(busy?.killed).toBe(true);
+    expect(busy?.exited).toBe(true);
+    expect(children.at(-1)?.killed).toBe(false);
+  });
+
+  it("fails runs of a VM side that breaks the protocol, closes it once, and never runs the program on the host", async () => {
+    let toolRuns = 0;
+    const counting: CodeModeInvokeTool = (tool, input, context) => {
+      toolRuns++;
+      return broker(tool, input, context);
+    };
+    const misbehaving: [string, ReturnType<typeof fakeLaunch>][] = [
+      ["garbage", fakeLaunch((m, reply) => m.type === "run" && reply({ type: "garbage", exec: m.request.exec }))],
+      [
+        "wrong field type",
+        fakeLaunch(
+          (m, reply) => m.type === "run" && reply({ type: "done", exec: m.request.exec, result: { ok: "yes" } }),
+        ),
+      ],
+      [
+        "a run it was never sent",
+        fakeLaunch(
+          (m, reply) =>
+            m.type === "run" &&
+            reply({ type: "call", exec: m.request.exec + 1000, id: 1, target: "tool", name: "echo", args: "{}" }),
+        ),
+      ],
+      [
+        "a script's output event",
+        fakeLaunch(
+          (m, reply) =>
+            m.type === "run" && reply({ type: "output", exec: m.request.exec, item: { type: "text", text: "x" } }),
+        ),
+      ],
+      [
+        "another protocol version",
+        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 2, engine: 1 }),
+      ],
+      ["a failed boot", fakeLaunch(() => {}, { type: "failed", message: "no wasm" })],
+    ];
+    for (const [name, fake] of misbehaving) {
+      const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
+      const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: counting, allowTestAdapter: true });
+      const outcome = await mode.execute(program(`async (i, tools) => tools.call("echo", { value: 1 })`), null, run());
+      expect(codeOf(outcome), name).toBe("TOOL_FAILED");
+      if (outcome.status !== "succeeded") expect(outcome.error.message).toBe("the sandbox failed");
+      expect(fake.state.closes, name).toBe(1);
+      // The next execution gets a new connection.
+      await mode.execute(program("async () => 1"), null, run());
+      expect(fake.state.launches, name).toBe(2);
+      await fakeAdapter.close();
+    }
+    expect(toolRuns).toBe(0);
+
+    const failingLaunch = createQuickJsProtocolAdapter({
+      id: "fails",
+      version: "1",
+      launch: () => {
+        throw new Error("no sandbox here");
+      },
+    });
+    const outcome = await createCodeMode({
+      adapter: failingLaunch,
+      invokeTool: counting,
+      allowTestAdapter: true,
+    }).execute(program("async () => 1"), null, run());
+    expect(codeOf(outcome)).toBe("TOOL_FAILED");
+    await failingLaunch.close();
+  });
+
+  it("serves only program runs on the VM side", async () => {
+    const sent: QuickJsVmMessage[] = [];
+    let deliver: (message: unknown) => void = () => {};
+    const server = serveQuickJsProtocol({
+      send: (message) => sent.push(message),
+      onMessage: (handler) => {
+        deliver = handler;
+      },
+    });
+    await server.ready;
+    expect(sent[0]).toMatchObject({ type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION });
+    const request = {
+      exec: 1,
+      slot: 0,
+      code: "async (input) => input + 1",
+      tools: [],
+      globals: [],
+      store: {},
+      memoryLimitBytes: 16 * 1024 * 1024,
+      deadline: Date.now() + 5_000,
+      cpuLimitMs: 1_000,
+      deterministic: null,
+      program: { input: "41" },
+    };
+    deliver({ type: "run", request: { ...request, program: null, code: "return 1" } });
+    deliver({ type: "nonsense" });
+    deliver(null);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(sent).toHaveLength(1);
+    deliver({ type: "run", request: { ...request, exec: 2 } });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(sent[1]).toMatchObject({ type: "done", exec: 2, result: { ok: true, value: "42" } });
+    server.close();
+  });
+});

@@ -1,0 +1,715 @@
+/**
+ * Governed programs (issue 5): the issue's example verbatim, programs and digests, the executor's outcomes (every
+ * status and code it can reach), limits, adapters and their qualification.
+ */
+
+import {
+  AirlockError,
+  Budget,
+  createToolRegistry,
+  defineTool,
+  invokeTool,
+  type JsonValue,
+  type Outcome,
+  z,
+} from "airlock";
+import { type ClosableSandboxAdapter, createQuickJsSandboxAdapter } from "airlock/adapter-code-quickjs";
+import {
+  type CodeExecutionOutcome,
+  type CodeModeInvokeTool,
+  type CodeProgramLimits,
+  createCodeMode,
+  defineCodeProgram,
+  defineSandboxAdapter,
+  EXECUTION_ID_MEMORY,
+  type SandboxResult,
+} from "airlock/code-mode";
+import { afterAll, describe, expect, it } from "vitest";
+
+describe("the example of issue 5", () => {
+  // biome-ignore format: the issue's example, verbatim apart from its import paths.
+  it("runs verbatim apart from its import paths", async () => {
+    const price = defineTool({
+      id: 'catalog.price', version: '1', description: 'Price of one product in cents.',
+      input: z.object({ sku: z.string() }), output: z.object({ cents: z.number().int() }),
+      effects: 'read', capabilities: [], costMicros: 0,
+      execute: async ({ sku }) => ({ cents: sku.length * 100 }),
+    });
+    const program = defineCodeProgram({
+      id: 'catalog.total', version: '1', intent: 'Add up the prices of several products.', language: 'javascript',
+      source: `async (input, tools) => {
+        let total = 0;
+        for (const sku of input.skus) {
+          const result = await tools.call('catalog.price', { sku });
+          if (result.status !== 'succeeded') throw new Error('price lookup failed');
+          total += result.output.cents;
+        }
+        return { totalCents: total };
+      }`,
+      input: z.object({ skus: z.array(z.string()).max(20) }), output: z.object({ totalCents: z.number().int() }),
+      inputSchemaId: 'catalog.skus.v1', outputSchemaId: 'catalog.total.v1', tools: [price],
+      limits: { cpuMillis: 200, wallTimeMillis: 5_000, memoryBytes: 32 * 1024 * 1024, scratchBytes: 1_024,
+        maxInputBytes: 4_096, maxOutputBytes: 4_096, maxToolInputBytes: 1_024, maxToolCalls: 20, maxToolConcurrency: 1 },
+    });
+    const budget = new Budget(0, 20);
+    const mode = createCodeMode({
+      adapter: createQuickJsSandboxAdapter(),
+      invokeTool: (tool, input, context) => invokeTool(tool, input, {
+        runId: context.runId, callId: context.callId, scope: context.scope, signal: context.signal,
+        permissions: { allow: [`tool:${tool.id}`, 'effect:read'] }, budget,
+      }),
+    });
+    const outcome = await mode.execute(program, { skus: ['ab', 'cde'] }, {
+      runId: 'run-1', executionId: 'run-1:total', scope: { principalId: 'local', projectId: 'demo' },
+      signal: AbortSignal.timeout(10_000),
+    });
+    // outcome.status === 'succeeded', outcome.output => { totalCents: 500 }, outcome.usage => tool calls made, costs
+    try {
+      expect(outcome.status).toBe("succeeded");
+      if (outcome.status !== "succeeded") return;
+      const total: number = outcome.output.totalCents;
+      expect(total).toBe(500);
+      expect(outcome.usage).toEqual({
+        toolCalls: 2,
+        unknownCalls: 0,
+        knownCostMicros: 0,
+        unknownCostMicros: 0,
+        maximumCostMicros: 0,
+      });
+      expect(budget.calls).toBe(2);
+      // The same executionId again is refused.
+      const again = await mode.execute(program, { skus: ["ab"] }, {
+        runId: "run-1",
+        executionId: "run-1:total",
+        scope: { principalId: "local", projectId: "demo" },
+      });
+      expect(again.status).toBe("failed");
+      if (again.status !== "succeeded") expect(again.error.code).toBe("CONFLICT");
+    } finally {
+      await mode.adapter.close();
+    }
+  });
+
+  it("type-checks the spec's variant with its cast, and its feedback function", () => {
+    const tool = defineTool({
+      id: "t",
+      version: "1",
+      description: "",
+      input: z.object({}),
+      output: z.object({}),
+      effects: "read",
+      capabilities: [],
+      costMicros: 0,
+      execute: () => ({}),
+    });
+    const budget = new Budget(0, 1);
+    const broker: CodeModeInvokeTool = (t, input, context) =>
+      invokeTool(t, input, {
+        runId: context.runId,
+        callId: context.callId,
+        scope: context.scope,
+        signal: context.signal,
+        permissions: { allow: [`tool:${t.id}`, "effect:read"] },
+        budget,
+      }) as Promise<Outcome<JsonValue>>;
+    function feedback(outcome: CodeExecutionOutcome<unknown>): string {
+      if (outcome.status === "succeeded") return "ok";
+      if (outcome.programError)
+        return `Your program threw ${outcome.programError.name}: ${outcome.programError.message}`;
+      return `${outcome.error.code}: ${outcome.error.message}`;
+    }
+    const usage = { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0, maximumCostMicros: 0 };
+    expect(feedback({ status: "succeeded", output: 1, usage })).toBe("ok");
+    expect(
+      feedback({
+        status: "failed",
+        error: { code: "TOOL_FAILED", message: "m" },
+        programError: { name: "Error", message: "boom" },
+        usage,
+      }),
+    ).toBe("Your program threw Error: boom");
+    expect(typeof broker).toBe("function");
+    expect(tool.id).toBe("t");
+  });
+});
+
+// ---- shared fixtures for the rest of the file ----
+
+const SCOPE = { principalId: "user-1", projectId: "demo" };
+const LIMITS: CodeProgramLimits = {
+  cpuMillis: 1_000,
+  wallTimeMillis: 5_000,
+  memoryBytes: 32 * 1024 * 1024,
+  scratchBytes: 0,
+  maxInputBytes: 64 * 1024,
+  maxOutputBytes: 64 * 1024,
+  maxToolInputBytes: 16 * 1024,
+  maxToolCalls: 50,
+  maxToolConcurrency: 4,
+};
+
+let sequence = 0;
+const run = (extra: Partial<{ signal: AbortSignal; executionId: string }> = {}) => ({
+  runId: "run",
+  executionId: `exec-${++sequence}`,
+  scope: SCOPE,
+  ...extra,
+});
+
+const echo = defineTool({
+  id: "echo",
+  version: "1",
+  description: "Returns its input.",
+  input: z.object({ value: z.unknown() }),
+  output: z.object({ value: z.unknown() }),
+  effects: "read",
+  capabilities: [],
+  costMicros: 10,
+  execute: ({ value }) => ({ value }),
+});
+
+function makeProgram(
+  source: string,
+  options: { tools?: Parameters<typeof defineCodeProgram>[0]["tools"]; limits?: Partial<CodeProgramLimits> } = {},
+) {
+  return defineCodeProgram({
+    id: "test.program",
+    version: "1",
+    intent: "A test.",
+    language: "javascript",
+    source,
+    input: z.unknown(),
+    output: z.unknown(),
+    inputSchemaId: "any.v1",
+    outputSchemaId: "any.v1",
+    tools: options.tools ?? [echo],
+    limits: { ...LIMITS, ...options.limits },
+  });
+}
+
+const allowAll: CodeModeInvokeTool = (tool, input, context) =>
+  invokeTool(tool, input, {
+    runId: context.runId,
+    callId: context.callId,
+    scope: context.scope,
+    signal: context.signal,
+    permissions: { allow: [`tool:${tool.id}`, `effect:${tool.effects}`, ...tool.capabilities] },
+    budget: new Budget(1_000_000, 1_000_000),
+  });
+
+const adapter: ClosableSandboxAdapter = createQuickJsSandboxAdapter({ poolSize: 2 });
+const mode = createCodeMode({ adapter, invokeTool: allowAll });
+afterAll(() => adapter.close());
+
+function codeOf(outcome: CodeExecutionOutcome<unknown>): string {
+  return outcome.status === "succeeded" ? "OK" : outcome.error.code;
+}
+
+describe("programs", () => {
+  it("are frozen, carry a SHA-256 digest over source, tools, limits and metadata, and require every limit", () => {
+    const a = makeProgram("async () => 1");
+    expect(Object.isFrozen(a)).toBe(true);
+    expect(Object.isFrozen(a.limits)).toBe(true);
+    expect(a.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(makeProgram("async () => 1").digest).toBe(a.digest);
+    expect(makeProgram("async () => 1\r\n").digest).toBe(makeProgram("async () => 1\n").digest);
+    expect(makeProgram("async () => 2").digest).not.toBe(a.digest);
+    expect(makeProgram("async () => 1", { limits: { cpuMillis: 999 } }).digest).not.toBe(a.digest);
+    expect(makeProgram("async () => 1", { tools: [] }).digest).not.toBe(a.digest);
+    const echo2 = defineTool({ ...echo, version: "2" });
+    expect(makeProgram("async () => 1", { tools: [echo2] }).digest).not.toBe(a.digest);
+    expect(a.maximumCostMicros).toBe(10 * LIMITS.maxToolCalls);
+
+    const { maxToolConcurrency: _omitted, ...missing } = LIMITS;
+    expect(() => makeProgram("async () => 1", { limits: { maxToolConcurrency: undefined } })).toThrow(AirlockError);
+    expect(() =>
+      defineCodeProgram({ ...definitionOf(a), limits: missing as unknown as CodeProgramLimits }),
+    ).toThrowError(/maxToolConcurrency is required/);
+    for (const bad of [{ cpuMillis: 0 }, { memoryBytes: 10 }, { maxToolConcurrency: 0 }, { wallTimeMillis: 1.5 }]) {
+      try {
+        makeProgram("async () => 1", { limits: bad });
+        expect.unreachable();
+      } catch (error) {
+        expect(error).toBeInstanceOf(AirlockError);
+        expect((error as AirlockError).code).toBe("INVALID_CONFIG");
+      }
+    }
+    expect(() =>
+      defineCodeProgram({ ...definitionOf(a), limits: { ...LIMITS, extra: 1 } as CodeProgramLimits }),
+    ).toThrow(/unknown limit/);
+    expect(() => defineCodeProgram({ ...definitionOf(a), language: "python" as "javascript" })).toThrow(AirlockError);
+    expect(() => defineCodeProgram({ ...definitionOf(a), tools: [{ ...echo }] })).toThrow(/defineTool/);
+    expect(() => defineCodeProgram({ ...definitionOf(a), tools: [echo, echo] })).toThrow(/distinct/);
+  });
+
+  it("refuses programs and adapters that Airlock did not make (INVALID_CONFIG)", async () => {
+    const program = makeProgram("async () => 1");
+    const copy = { ...program };
+    const outcome = await mode.execute(copy as typeof program, {}, run());
+    expect(outcome.status).toBe("failed");
+    expect(codeOf(outcome)).toBe("INVALID_CONFIG");
+    const fakeAdapter = { ...adapter };
+    expect(() => createCodeMode({ adapter: fakeAdapter, invokeTool: allowAll })).toThrowError(
+      expect.objectContaining({ code: "INVALID_CONFIG" }),
+    );
+    const bad = await mode.execute(program, {}, { runId: "", executionId: "x-bad-run", scope: SCOPE });
+    expect(codeOf(bad)).toBe("INVALID_CONFIG");
+    const badScope = await mode.execute(
+      program,
+      {},
+      {
+        runId: "r",
+        executionId: "x-bad-scope",
+        scope: { projectId: "no principal" } as unknown as typeof SCOPE,
+      },
+    );
+    expect(codeOf(badScope)).toBe("INVALID_CONFIG");
+  });
+});
+
+function definitionOf(program: ReturnType<typeof makeProgram>) {
+  return {
+    id: program.id,
+    version: program.version,
+    intent: program.intent,
+    language: program.language,
+    source: program.source,
+    input: program.input,
+    output: program.output,
+    inputSchemaId: program.inputSchemaId,
+    outputSchemaId: program.outputSchemaId,
+    tools: program.tools,
+    limits: program.limits,
+  };
+}
+
+describe("execution outcomes", () => {
+  it("validates the input against the program's schema (INVALID_INPUT) and as JSON (INVALID_JSON, LIMIT_EXCEEDED)", async () => {
+    const typed = defineCodeProgram({
+      ...definitionOf(makeProgram("async (input) => input.n * 2")),
+      input: z.object({ n: z.number() }),
+      output: z.number(),
+    });
+    const ok = await mode.execute(typed, { n: 21 }, run());
+    expect(ok).toMatchObject({ status: "succeeded", output: 42 });
+    expect(codeOf(await mode.execute(typed, { n: "21" }, run()))).toBe("INVALID_INPUT");
+    expect(codeOf(await mode.execute(typed, { n: 1n }, run()))).toBe("INVALID_JSON");
+    expect(codeOf(await mode.execute(typed, JSON.parse('{"n": 1, "__proto__": {"x": 1}}'), run()))).toBe(
+      "INVALID_JSON",
+    );
+    expect(codeOf(await mode.execute(typed, { n: 1, at: new Date() }, run()))).toBe("INVALID_JSON");
+    const big = await mode.execute(typed, { n: 1, pad: "x".repeat(LIMITS.maxInputBytes) }, run());
+    expect(codeOf(big)).toBe("LIMIT_EXCEEDED");
+    if (big.status !== "succeeded") expect(big.error.message).toContain("maxInputBytes");
+  });
+
+  it("validates the output against the program's schema (INVALID_OUTPUT) and its size (LIMIT_EXCEEDED)", async () => {
+    const typed = defineCodeProgram({
+      ...definitionOf(makeProgram("async (input) => input.value")),
+      input: z.object({ value: z.unknown() }),
+      output: z.object({ total: z.number() }),
+      limits: { ...LIMITS, maxOutputBytes: 1_000 },
+    });
+    expect(await mode.execute(typed, { value: { total: 3 } }, run())).toMatchObject({
+      status: "succeeded",
+      output: { total: 3 },
+    });
+    expect(codeOf(await mode.execute(typed, { value: { total: "3" } }, run()))).toBe("INVALID_OUTPUT");
+    const big = await mode.execute(typed, { value: { total: 1, pad: "y".repeat(990) } }, run());
+    expect(codeOf(big)).toBe("LIMIT_EXCEEDED");
+    if (big.status !== "succeeded") expect(big.error.message).toContain("maxOutputBytes");
+    const huge = makeProgram(`async () => ({ total: 1, pad: "z".repeat(3000000) })`, {
+      limits: { maxOutputBytes: 1_000 },
+    });
+    expect(codeOf(await mode.execute(huge, {}, run()))).toBe("LIMIT_EXCEEDED");
+  });
+
+  it("reports a program's own error as programError, cut to 128 and 1,024 characters, never in error.message", async () => {
+    const program = makeProgram(
+      `async () => { const e = new Error("secret-in-program " + "m".repeat(5000)); Object.defineProperty(e, "name", { value: "N".repeat(500) }); throw e; }`,
+    );
+    const outcome = await mode.execute(program, {}, run());
+    expect(outcome.status).toBe("failed");
+    if (outcome.status === "succeeded") return;
+    expect(outcome.error.code).toBe("TOOL_FAILED");
+    expect(outcome.programError?.name).toBe("N".repeat(128));
+    expect(outcome.programError?.message.length).toBe(1_024);
+    expect(outcome.programError?.message.startsWith("secret-in-program")).toBe(true);
+    expect(outcome.error.message).not.toContain("secret");
+    const syntax = await mode.execute(makeProgram("async () => { return ( }"), {}, run());
+    expect(syntax.status !== "succeeded" && syntax.programError?.name).toBe("SyntaxError");
+    const notFunction = await mode.execute(makeProgram("42"), {}, run());
+    expect(codeOf(notFunction)).toBe("TOOL_FAILED");
+  });
+
+  it("stops a program at its CPU limit and its memory limit (LIMIT_EXCEEDED), and the next one runs", async () => {
+    const spin = await mode.execute(
+      makeProgram("async () => { while (true) {} }", { limits: { cpuMillis: 50 } }),
+      {},
+      run(),
+    );
+    expect(codeOf(spin)).toBe("LIMIT_EXCEEDED");
+    if (spin.status !== "succeeded") expect(spin.error.message).toContain("cpuMillis");
+    const hog = await mode.execute(
+      makeProgram("async () => { const a = []; while (true) a.push(new Array(100000).fill(1)); }", {
+        limits: { memoryBytes: 8 * 1024 * 1024 },
+      }),
+      {},
+      run(),
+    );
+    expect(codeOf(hog)).toBe("LIMIT_EXCEEDED");
+    if (hog.status !== "succeeded") expect(hog.error.message).toContain("memoryBytes");
+    expect(await mode.execute(makeProgram("async () => 7"), {}, run())).toMatchObject({ output: 7 });
+  });
+
+  it("turns deep recursion into a catchable error inside the program", async () => {
+    const outcome = await mode.execute(
+      makeProgram(
+        `async () => { let n = 0; const f = () => { n++; f(); }; try { f(); } catch (e) { return { n, name: e.name }; } }`,
+      ),
+      {},
+      run(),
+    );
+    expect(outcome.status).toBe("succeeded");
+    if (outcome.status !== "succeeded") return;
+    const { n, name } = outcome.output as { n: number; name: string };
+    expect(n).toBeGreaterThan(500);
+    expect(["RangeError", "InternalError"]).toContain(name);
+  });
+
+  it("ends at the wall clock with TIMEOUT, and the caller's signal with CANCELLED, after open calls settled", async () => {
+    let settledAt = 0;
+    const slow = defineTool({
+      ...echo,
+      id: "slow",
+      costMicros: 0,
+      execute: (_input, { signal }) =>
+        new Promise<{ value: unknown }>((_resolve, reject) =>
+          signal.addEventListener("abort", () =>
+            setTimeout(() => {
+              settledAt = Date.now();
+              reject(new Error("aborted"));
+            }, 150),
+          ),
+        ),
+    });
+    const program = makeProgram(`async (input, tools) => tools.call("slow", { value: 1 })`, {
+      tools: [slow],
+      limits: { wallTimeMillis: 200 },
+    });
+    const timedOut = await mode.execute(program, {}, run());
+    expect(timedOut.status).toBe("failed");
+    expect(codeOf(timedOut)).toBe("TIMEOUT");
+    expect(settledAt).toBeGreaterThan(0);
+    expect(Date.now()).toBeGreaterThanOrEqual(settledAt);
+
+    settledAt = 0;
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 100);
+    const cancelled = await mode.execute(
+      makeProgram(`async (input, tools) => tools.call("slow", { value: 1 })`, { tools: [slow] }),
+      {},
+      run({ signal: controller.signal }),
+    );
+    expect(cancelled.status).toBe("cancelled");
+    expect(codeOf(cancelled)).toBe("CANCELLED");
+    expect(settledAt).toBeGreaterThan(0);
+
+    const spin = new AbortController();
+    setTimeout(() => spin.abort(), 100);
+    const spinning = await mode.execute(
+      makeProgram("async () => { while (true) {} }"),
+      {},
+      run({ signal: spin.signal }),
+    );
+    expect(spinning.status).toBe("cancelled");
+    const before = new AbortController();
+    before.abort();
+    expect((await mode.execute(makeProgram("async () => 1"), {}, run({ signal: before.signal }))).status).toBe(
+      "cancelled",
+    );
+  });
+
+  it("bounds calls in flight with maxToolConcurrency and queues the rest", async () => {
+    let inFlight = 0;
+    let most = 0;
+    const counted = defineTool({
+      ...echo,
+      id: "counted",
+      execute: async ({ value }) => {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        inFlight--;
+        return { value };
+      },
+    });
+    const program = makeProgram(
+      `async (input, tools) => {
+        const results = await Promise.all(Array.from({ length: 20 }, (_, i) => tools.call("counted", { value: i })));
+        return results.map((r) => r.status === "succeeded" ? r.output.value : r.error.code);
+      }`,
+      { tools: [counted], limits: { maxToolConcurrency: 3 } },
+    );
+    const outcome = await mode.execute(program, {}, run());
+    expect(outcome).toMatchObject({ status: "succeeded", output: Array.from({ length: 20 }, (_, i) => i) });
+    expect(most).toBe(3);
+    expect(outcome.usage.toolCalls).toBe(20);
+    expect(outcome.usage.knownCostMicros).toBe(200);
+  });
+
+  it("hands the program call results with public codes, never throwing for a tool failure", async () => {
+    const failing = defineTool({
+      ...echo,
+      id: "failing",
+      costMicros: 0,
+      execute: () => {
+        throw new Error("db password is hunter2");
+      },
+    });
+    const writer = defineTool({ ...echo, id: "writer", effects: "write", costMicros: 0 });
+    const budget = new Budget(15, 100);
+    const strict = createCodeMode({
+      adapter,
+      invokeTool: (tool, input, context) =>
+        invokeTool(tool, input, {
+          ...context,
+          permissions: { allow: ["tool:echo", "effect:read", "tool:failing", "tool:writer"] },
+          budget,
+        }),
+    });
+    const program = makeProgram(
+      `async (input, tools) => {
+        const seen = [];
+        for (const [id, arg] of [["echo", { value: 1 }], ["echo", { value: 2 }], ["failing", { value: 1 }],
+                                 ["writer", { value: 1 }], ["nope", {}], ["echo", { wrong: true }]]) {
+          const r = await tools.call(id, arg);
+          seen.push(r.status === "succeeded" ? "ok" : r.status + ":" + r.error.code + ":" + r.error.message);
+        }
+        try { await tools.call("echo", { value: 10n }); } catch (e) { seen.push("threw:" + e.name); }
+        return seen;
+      }`,
+      { tools: [echo, failing, writer] },
+    );
+    const outcome = await strict.execute(program, {}, run());
+    expect(outcome.status).toBe("succeeded");
+    if (outcome.status !== "succeeded") return;
+    const seen = outcome.output as string[];
+    expect(seen[0]).toBe("ok");
+    expect(seen[1]).toMatch(/^blocked:BUDGET_EXCEEDED:/);
+    expect(seen[2]).toBe("failed:TOOL_FAILED:the tool failed");
+    expect(seen[3]).toMatch(/^blocked:PERMISSION_DENIED:.*effect:write/);
+    expect(seen[4]).toMatch(/^blocked:PERMISSION_DENIED:/);
+    expect(seen[5]).toMatch(/^failed:INVALID_INPUT:/);
+    expect(seen[6]).toBe("threw:TypeError");
+    expect(JSON.stringify(seen)).not.toContain("hunter2");
+  });
+
+  it("gives the broker the trusted context: run, call id, scope, signal and the program digest", async () => {
+    const contexts: Parameters<CodeModeInvokeTool>[2][] = [];
+    const spy = createCodeMode({
+      adapter,
+      invokeTool: (tool, input, context) => {
+        contexts.push(context);
+        return allowAll(tool, input, context);
+      },
+    });
+    const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 5 })).output.value`);
+    const outcome = await spy.execute(program, {}, { runId: "r-ctx", executionId: "e-ctx", scope: SCOPE });
+    expect(outcome).toMatchObject({ status: "succeeded", output: 5 });
+    expect(contexts).toHaveLength(1);
+    const [context] = contexts;
+    expect(context?.runId).toBe("r-ctx");
+    expect(context?.callId).toBe("e-ctx:1");
+    expect(context?.programDigest).toBe(program.digest);
+    expect(context?.scope).toEqual(SCOPE);
+    expect(Object.isFrozen(context?.scope)).toBe(true);
+    expect(context?.signal.aborted).toBe(true);
+  });
+});
+
+describe("per-caller tool sets", () => {
+  it("lets a program reach only the tools of the caller it runs for; the broker gets the caller's set", async () => {
+    let salaryRuns = 0;
+    const salaries = defineTool({
+      ...echo,
+      id: "hr.salaries",
+      roles: ["hr"],
+      execute: ({ value }) => {
+        salaryRuns++;
+        return { value };
+      },
+    });
+    const registry = createToolRegistry([echo, salaries]);
+    const viewer = registry.for({ roles: ["viewer"], permissions: ["tool:echo", "effect:read", "tool:hr.salaries"] });
+    const hr = registry.for({ roles: ["hr"], permissions: ["tool:echo", "effect:read", "tool:hr.salaries"] });
+    expect(viewer.tools.map((t) => t.id)).toEqual(["echo"]);
+    const callers: unknown[] = [];
+    const scoped = createCodeMode({
+      adapter,
+      invokeTool: (tool, input, context) => {
+        callers.push(context.caller);
+        const caller = context.caller;
+        if (caller === undefined)
+          return { status: "blocked", error: { code: "PERMISSION_DENIED", message: "no caller" } };
+        return caller.invoke(tool, input, { ...context, budget: new Budget(1_000, 10) });
+      },
+    });
+    const program = makeProgram(
+      `async (input, tools) => [
+        (await tools.call("echo", { value: 1 })).status,
+        (await tools.call("hr.salaries", { value: 2 })).error?.code ?? "ok",
+      ]`,
+      { tools: [echo, salaries] },
+    );
+    expect(await scoped.execute(program, {}, { ...run(), caller: viewer })).toMatchObject({
+      status: "succeeded",
+      output: ["succeeded", "PERMISSION_DENIED"],
+    });
+    expect(salaryRuns).toBe(0);
+    expect(callers).toEqual([viewer]);
+    expect(await scoped.execute(program, {}, { ...run(), caller: hr })).toMatchObject({
+      output: ["succeeded", "ok"],
+    });
+    expect(salaryRuns).toBe(1);
+    const forged = { ...viewer, has: () => true };
+    expect(codeOf(await scoped.execute(program, {}, { ...run(), caller: forged }))).toBe("INVALID_CONFIG");
+  });
+});
+
+describe("adapters", () => {
+  const answer = (result: SandboxResult) =>
+    defineSandboxAdapter({
+      id: "fixture",
+      version: "1",
+      qualification: "test",
+      isAvailable: () => true,
+      execute: async () => result,
+    });
+
+  it("refuses a test-qualified adapter with UNSUPPORTED_PROFILE unless allowTestAdapter", () => {
+    const fixture = answer({ status: "succeeded", output: 1 });
+    try {
+      createCodeMode({ adapter: fixture, invokeTool: allowAll });
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(AirlockError);
+      expect((error as AirlockError).code).toBe("UNSUPPORTED_PROFILE");
+    }
+    expect(createCodeMode({ adapter: fixture, invokeTool: allowAll, allowTestAdapter: true }).adapter).toBe(fixture);
+  });
+
+  it("never falls back to the host when the adapter is unavailable", async () => {
+    let ran = false;
+    const unavailable = defineSandboxAdapter({
+      id: "down",
+      version: "1",
+      qualification: "production",
+      isAvailable: async () => false,
+      execute: async () => {
+        ran = true;
+        return { status: "succeeded", output: 1 };
+      },
+    });
+    const outcome = await createCodeMode({ adapter: unavailable, invokeTool: allowAll }).execute(
+      makeProgram("async () => 1"),
+      {},
+      run(),
+    );
+    expect(codeOf(outcome)).toBe("UNSUPPORTED_PROFILE");
+    expect(ran).toBe(false);
+    const throwing = defineSandboxAdapter({
+      id: "throws",
+      version: "1",
+      qualification: "production",
+      isAvailable: () => {
+        throw new Error("probe failed");
+      },
+      execute: async () => ({ status: "succeeded", output: 1 }),
+    });
+    expect(
+      codeOf(
+        await createCodeMode({ adapter: throwing, invokeTool: allowAll }).execute(
+          makeProgram("async () => 1"),
+          {},
+          run(),
+        ),
+      ),
+    ).toBe("UNSUPPORTED_PROFILE");
+    const closed = createQuickJsSandboxAdapter({ poolSize: 1 });
+    await closed.close();
+    expect(
+      codeOf(
+        await createCodeMode({ adapter: closed, invokeTool: allowAll }).execute(
+          makeProgram("async () => 1"),
+          {},
+          run(),
+        ),
+      ),
+    ).toBe("UNSUPPORTED_PROFILE");
+  });
+
+  it("maps every failure reason of defineSandboxAdapter to a public code", async () => {
+    const cases: [SandboxResult, string][] = [
+      [{ status: "succeeded", output: { a: 1 } }, "OK"],
+      [{ status: "succeeded", outputJson: '{"a":1}' }, "OK"],
+      [{ status: "succeeded", outputJson: "{not json" }, "INVALID_OUTPUT"],
+      [{ status: "failed", reason: "program_error", programError: { name: "E", message: "m" } }, "TOOL_FAILED"],
+      [{ status: "failed", reason: "cpu_limit" }, "LIMIT_EXCEEDED"],
+      [{ status: "failed", reason: "memory_limit" }, "LIMIT_EXCEEDED"],
+      [{ status: "failed", reason: "invalid_output" }, "INVALID_OUTPUT"],
+      [{ status: "failed", reason: "unsupported_program" }, "UNSUPPORTED_PROFILE"],
+      [{ status: "failed", reason: "sandbox_error" }, "TOOL_FAILED"],
+      [{ status: "failed" }, "TOOL_FAILED"],
+      [{ status: "weird" } as unknown as SandboxResult, "TOOL_FAILED"],
+    ];
+    for (const [result, code] of cases) {
+      const fixtureMode = createCodeMode({ adapter: answer(result), invokeTool: allowAll, allowTestAdapter: true });
+      const outcome = await fixtureMode.execute(makeProgram("async () => 1"), {}, run());
+      expect(codeOf(outcome), JSON.stringify(result)).toBe(code);
+    }
+  });
+
+  it("stops waiting for an adapter that ignores its signal", async () => {
+    const stuck = defineSandboxAdapter({
+      id: "stuck",
+      version: "1",
+      qualification: "test",
+      isAvailable: () => true,
+      execute: () => new Promise<SandboxResult>(() => {}),
+    });
+    const stuckMode = createCodeMode({ adapter: stuck, invokeTool: allowAll, allowTestAdapter: true });
+    const outcome = await stuckMode.execute(
+      makeProgram("async () => 1", { limits: { wallTimeMillis: 50 } }),
+      {},
+      run(),
+    );
+    expect(codeOf(outcome)).toBe("TIMEOUT");
+  });
+
+  it(`remembers the last ${EXECUTION_ID_MEMORY} execution ids (CONFLICT) and forgets older ones`, async () => {
+    const instant = defineSandboxAdapter({
+      id: "instant",
+      version: "1",
+      qualification: "test",
+      isAvailable: () => true,
+      execute: async () => ({ status: "succeeded", output: null }),
+    });
+    const fast = createCodeMode({ adapter: instant, invokeTool: allowAll, allowTestAdapter: true });
+    const program = makeProgram("async () => null");
+    const options = (executionId: string) => ({ runId: "r", executionId, scope: SCOPE });
+    // Running: a second execution with the same id while the first runs.
+    const first = fast.execute(program, null, options("id-0"));
+    expect(codeOf(await fast.execute(program, null, options("id-0")))).toBe("CONFLICT");
+    expect(codeOf(await first)).toBe("OK");
+    for (let i = 1; i < EXECUTION_ID_MEMORY; i++) {
+      const outcome = await fast.execute(program, null, options(`id-${i}`));
+      if (outcome.status !== "succeeded") throw new Error(`execution ${i} failed`);
+    }
+    expect(codeOf(await fast.execute(program, null, options("id-0")))).toBe("CONFLICT");
+    expect(codeOf(await fast.execute(program, null, options("id-new")))).toBe("OK");
+    // id-0 was the oldest of the last 100,000 and has now been forgotten; id-1 is still remembered.
+    expect(codeOf(await fast.execute(program, null, options("id-0")))).toBe("OK");
+    expect(codeOf(await fast.execute(program, null, options("id-2")))).toBe("CONFLICT");
+  }, 60_000);
+});
