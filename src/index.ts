@@ -12,6 +12,7 @@ export {
 } from "./engine/limits.ts";
 export { loadQuickJSWasm } from "./engine/wasm.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
+export * from "./process/index.ts";
 export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
 export {
   CodemodeSandbox,

@@ -122,7 +122,7 @@ describe("usage errors exit 2 and name what is wrong", () => {
     {
       name: "unknown isolation",
       args: ["run", "loop.js", "--isolation", "thread"],
-      message: '--isolation must be "worker" or "inline", got "thread"',
+      message: '--isolation must be "worker" or "inline" or "process" or "gvisor", got "thread"',
     },
     { name: "no script", args: ["run"], message: "airlock run: missing script" },
     { name: "two scripts", args: ["run", "loop.js", "echo.js"], message: "expected one script, got 2" },

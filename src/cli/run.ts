@@ -10,6 +10,8 @@ import {
   DEFAULT_MEMORY_LIMIT_BYTES,
   DEFAULT_TIMEOUT_MS,
   InlineCodemodeSandbox,
+  IsolationUnavailableError,
+  ProcessCodemodeSandbox,
   parseCodemodeSource,
 } from "../index.ts";
 import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, UsageError } from "./args.ts";
@@ -22,7 +24,7 @@ import { loadTools } from "./tools.ts";
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 /** The sandbox's heap cap goes up to 4 GiB. */
 const MAX_MEMORY_MIB = 4096;
-const ISOLATIONS = ["worker", "inline"] as const;
+const ISOLATIONS = ["worker", "inline", "process", "gvisor"] as const;
 
 const USAGE = `Usage: airlock run <file|-> [options]
 
@@ -38,6 +40,8 @@ Options:
   --isolation <mode>   worker: run the VM on a worker thread (default)
                        inline: run it on the CLI's own thread, where Ctrl-C is noticed only when
                        the script awaits (a busy loop runs until --timeout)
+                       process: run it in a child process under bubblewrap (namespaces, seccomp, rlimits)
+                       gvisor: run that child under gVisor's runsc (needs root)
   --store <file.json>  JSON object that load() reads; after a successful run the script's store() writes
                        are saved back to it (a missing file starts empty)
   --ts                 The script is TypeScript: types are erased before it runs (not type-checked)
@@ -113,8 +117,17 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   let sandbox: CodemodeSandboxBase;
   try {
     sandbox =
-      isolation === "inline" ? new InlineCodemodeSandbox(options) : new CodemodeSandbox({ ...options, poolSize: 1 });
+      isolation === "inline"
+        ? new InlineCodemodeSandbox(options)
+        : isolation === "process" || isolation === "gvisor"
+          ? new ProcessCodemodeSandbox({
+              ...options,
+              poolSize: 1,
+              isolation: { runtime: isolation === "gvisor" ? "gvisor" : "bwrap" },
+            })
+          : new CodemodeSandbox({ ...options, poolSize: 1 });
   } catch (error) {
+    if (error instanceof IsolationUnavailableError) throw new UsageError(`--isolation ${isolation}: ${error.message}`);
     // The flags were checked above, so what is left to reject is the tool list (a duplicate name, say).
     if (values.tools === undefined) throw error;
     throw new UsageError(`--tools ${values.tools}: ${(error as Error).message}`);

@@ -1,14 +1,27 @@
+import { existsSync } from "node:fs";
 import {
   CodemodeSandbox,
   type CodemodeSandboxBase,
   type CodemodeSandboxBaseOptions,
   InlineCodemodeSandbox,
+  ProcessCodemodeSandbox,
 } from "airlock";
+import { warmFirst } from "../fixtures/process/warm-first.ts";
 
 /** Every launcher that claims the shared behaviour; each test of the shared suite runs against all of them. */
 export const launchers: { name: string; make(options?: CodemodeSandboxBaseOptions): CodemodeSandboxBase }[] = [
   { name: "inline", make: (options = {}) => new InlineCodemodeSandbox(options) },
   { name: "worker", make: (options = {}) => new CodemodeSandbox({ poolSize: 1, ...options }) },
+  { name: "process", make: (options = {}) => warmFirst(new ProcessCodemodeSandbox({ poolSize: 1, ...options })) },
+  ...(existsSync("/usr/bin/runsc") && process.getuid?.() === 0
+    ? [
+        {
+          name: "gvisor",
+          make: (o = {}) =>
+            warmFirst(new ProcessCodemodeSandbox({ poolSize: 1, ...o, isolation: { runtime: "gvisor" } })),
+        },
+      ]
+    : []),
 ];
 
 /** A 1x1 PNG, GIF and JPEG/WebP headers, as base64. */

@@ -1,0 +1,28 @@
+/**
+ * The container's entry: Airlock's VM side (`serveQuickJsProtocol`) over stdin/stdout, one length-prefixed JSON frame
+ * per message (the framing of the process tier). It exits when stdin closes. Nothing else is written to stdout.
+ */
+import { serveQuickJsProtocol } from "../adapter-code-quickjs/protocol.ts";
+import { encodeFrame, FrameReader } from "../process/frames.ts";
+
+const handlers: ((message: unknown) => void)[] = [];
+const reader = new FrameReader();
+for (const name of ["log", "info", "warn", "error", "debug", "trace", "dir"] as const) {
+  (console as unknown as Record<string, unknown>)[name] = (...args: unknown[]) =>
+    process.stderr.write(`${args.map(String).join(" ")}\n`);
+}
+process.stdin.on("data", (chunk: Buffer) => {
+  let messages: unknown[];
+  try {
+    messages = reader.push(chunk);
+  } catch (error) {
+    process.stderr.write(`airlock container: ${(error as Error).message}\n`);
+    process.exit(70);
+  }
+  for (const message of messages) for (const handler of handlers) handler(message);
+});
+process.stdin.on("end", () => process.exit(0));
+serveQuickJsProtocol({
+  send: (message) => process.stdout.write(encodeFrame(message)),
+  onMessage: (handler) => handlers.push(handler),
+});

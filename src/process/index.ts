@@ -1,0 +1,13 @@
+/** The process tier: VMs in child processes isolated by bubblewrap (namespaces, seccomp, rlimits) or gVisor. */
+export {
+  DEFAULT_LIMITS as DEFAULT_PROCESS_LIMITS,
+  IsolationUnavailableError,
+  NODE_ADDRESS_SPACE_BYTES,
+  type ProcessIsolationOptions,
+  type ProcessLimits,
+  type ProcessProtections,
+  type ProcessRuntime,
+  WASM_MEMORY_HEADROOM_BYTES,
+} from "./isolation.ts";
+export { PROCESS_STOP_GRACE_MS } from "./pool.ts";
+export { DEFAULT_VMS_PER_CHILD, ProcessCodemodeSandbox, type ProcessCodemodeSandboxOptions } from "./sandbox.ts";

@@ -1,0 +1,91 @@
+/**
+ * `ProcessCodemodeSandbox`: the worker pool moved into child processes that the operating system isolates. Tools
+ * stay in the host; only the VMs and the bridge live in the children.
+ */
+import { availableParallelism } from "node:os";
+import { fileURLToPath } from "node:url";
+import { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
+import type { CodemodeSandboxBaseOptions } from "../types.ts";
+import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation.ts";
+import { ProcessPool } from "./pool.ts";
+
+/** VMs one child keeps for executions that wait on tools at the same time. */
+export const DEFAULT_VMS_PER_CHILD = 64;
+
+export interface ProcessCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
+  /** Child processes in the pool; default: the machine's available parallelism. */
+  poolSize?: number;
+  /** VMs per child for concurrent executions; default `DEFAULT_VMS_PER_CHILD`. */
+  maxVmsPerChild?: number;
+  /** How the children are isolated; default: bubblewrap with seccomp and rlimits on Linux. */
+  isolation?: ProcessIsolationOptions;
+  /**
+   * Child entry (absolute path or file URL); default: Airlock's own `dist/process/child.js`. Its directory is bound
+   * read-only into the sandbox. For hosts that move Airlock's files, and for tests that stand in a misbehaving child.
+   */
+  childEntry?: string | URL;
+}
+
+/**
+ * Runs each execution in a warm pool of child processes, each on a VM in its exact post-prelude state. On Linux the
+ * children run under bubblewrap (user, pid, net, ipc, uts and mount namespaces, a minimal read-only root, an empty
+ * environment), a seccomp filter and rlimits, or under gVisor. Construction fails when a protection asked for is not
+ * available, unless `isolation.allowDegraded` is set; `protections` reports what is active.
+ */
+export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
+  private readonly pool: ProcessPool;
+  /** The protections every child of this sandbox runs under. */
+  readonly protections: ProcessProtections;
+
+  constructor(options: ProcessCodemodeSandboxOptions = {}) {
+    if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
+    const maxVms = checkCount(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;
+    const memoryLimitBytes =
+      typeof options.memoryLimitBytes === "number" && options.memoryLimitBytes > 0
+        ? options.memoryLimitBytes
+        : DEFAULT_MEMORY_LIMIT_BYTES;
+    const entry = options.childEntry === undefined ? undefined : toPath(options.childEntry);
+    const isolation = resolveIsolation(options.isolation ?? {}, { maxVms, memoryLimitBytes, entry });
+    const pool = new ProcessPool({
+      size: checkCount(options.poolSize, "poolSize") ?? Math.max(1, availableParallelism()),
+      plan: isolation.plan,
+    });
+    try {
+      super(options, pool);
+    } catch (error) {
+      void pool.close();
+      throw error;
+    }
+    this.pool = pool;
+    this.protections = isolation.protections;
+  }
+
+  /** Resolves once every child has booted; executions wait for this by themselves. Rejects if a child cannot boot. */
+  warm(): Promise<void> {
+    return this.pool.warm();
+  }
+
+  /** Live child processes. */
+  get processCount(): number {
+    return this.pool.processCount;
+  }
+
+  /** Host process ids of the live children (the outermost process of each: bwrap, runsc or node). */
+  get pids(): number[] {
+    return this.pool.pids;
+  }
+}
+
+function toPath(value: string | URL): string {
+  if (value instanceof URL) return fileURLToPath(value);
+  if (typeof value !== "string") throw new TypeError("childEntry must be a path or a file URL");
+  return value.startsWith("file:") ? fileURLToPath(value) : value;
+}
+
+function checkCount(value: unknown, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > 1024) {
+    throw new RangeError(`${name} must be an integer between 1 and 1024, got ${String(value)}`);
+  }
+  return value;
+}

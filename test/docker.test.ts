@@ -1,0 +1,248 @@
+/**
+ * `airlock/adapter-code-docker`: the docker CLI's arguments and the digest checks, against a recording stand-in for
+ * the CLI that serves Airlock's container entry itself. A real container runs only where `docker info` succeeds.
+ */
+import { spawnSync } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  CONTAINER_ENTRY,
+  checkDockerOptions,
+  createDockerQuickJsSandboxAdapter,
+  type DockerSandboxOptions,
+  PROVENANCE_LABEL,
+  runArgs,
+  verifyDockerImage,
+} from "airlock/adapter-code-docker";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const IMAGE = `sha256:${"a".repeat(64)}`;
+const PROVENANCE = `sha256:${"b".repeat(64)}`;
+const serveEntry = fileURLToPath(new URL("../dist/adapter-code-docker/serve.js", import.meta.url));
+const fakeModule = fileURLToPath(new URL("./fixtures/process/fake-docker.mjs", import.meta.url));
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "airlock-docker-"));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Writes an executable stand-in for docker; returns its path and a reader of the argv lists it recorded. */
+function fakeDocker(inspect: unknown): { path: string; calls: () => string[][] } {
+  const name = `docker-${Math.random().toString(36).slice(2)}`;
+  const path = join(dir, name);
+  const record = join(dir, `${name}.calls`);
+  writeFileSync(record, "");
+  writeFileSync(
+    path,
+    `#!${process.execPath}\nimport(${JSON.stringify(fakeModule)}).then((m) => m.main(${JSON.stringify(record)}, ${JSON.stringify(inspect)}, ${JSON.stringify(serveEntry)}, process.argv.slice(2)));\n`,
+  );
+  chmodSync(path, 0o755);
+  const calls = () =>
+    readFileSync(record, "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as string[]);
+  return { path, calls };
+}
+
+const goodImage = { Id: IMAGE, Config: { Labels: { [PROVENANCE_LABEL]: PROVENANCE } } };
+const options = (dockerPath: string, extra: Partial<DockerSandboxOptions> = {}): DockerSandboxOptions => ({
+  dockerPath,
+  image: IMAGE,
+  provenance: PROVENANCE,
+  ...extra,
+});
+
+const LIMITS = {
+  cpuMillis: 1_000,
+  wallTimeMillis: 5_000,
+  memoryBytes: 64 * 1024 * 1024,
+  scratchBytes: 0,
+  maxInputBytes: 10_000,
+  maxOutputBytes: 10_000,
+  maxToolInputBytes: 10_000,
+  maxToolCalls: 10,
+  maxToolConcurrency: 2,
+};
+const request = (source: string, input: unknown = {}) => ({
+  program: {
+    id: "p",
+    version: "1",
+    digest: `sha256:${"c".repeat(64)}`,
+    language: "javascript" as const,
+    source,
+    limits: LIMITS,
+  },
+  input: input as never,
+  inputJson: JSON.stringify(input),
+  tools: {
+    call: async (toolId: string, toolInput: unknown) => ({
+      status: "succeeded" as const,
+      output: { toolId, echoed: toolInput } as never,
+    }),
+  },
+  signal: new AbortController().signal,
+});
+
+describe("docker CLI arguments", () => {
+  it("runs the exact image id with no network, a read-only root, no capabilities and limits", () => {
+    const args = runArgs(checkDockerOptions(options("/usr/bin/docker")), "airlock-test");
+    expect(args).toEqual([
+      "run",
+      "--rm",
+      "--interactive",
+      "--name",
+      "airlock-test",
+      "--pull=never",
+      "--network=none",
+      "--read-only",
+      "--cap-drop=ALL",
+      "--security-opt",
+      "no-new-privileges",
+      "--user",
+      "65534:65534",
+      "--pids-limit",
+      "64",
+      "--ulimit",
+      "nofile=256:256",
+      "--ulimit",
+      "core=0:0",
+      "--cpus",
+      "1",
+      "--memory",
+      String(1024 ** 3),
+      "--memory-swap",
+      String(1024 ** 3),
+      "--tmpfs",
+      `/tmp:rw,noexec,nosuid,nodev,size=${16 * 1024 * 1024}`,
+      "--ipc=none",
+      "--env",
+      "NODE_OPTIONS=",
+      "--entrypoint",
+      "node",
+      IMAGE,
+      CONTAINER_ENTRY,
+    ]);
+    expect(args.join(" ")).not.toMatch(/unconfined|privileged|--network=host|--pull=always/);
+  });
+
+  it("adds the daemon, gVisor, a seccomp profile and custom limits when asked", () => {
+    const args = runArgs(
+      checkDockerOptions(
+        options("/usr/bin/docker", {
+          host: "unix:///run/docker.sock",
+          runtime: "runsc",
+          seccompProfile: "/etc/airlock/seccomp.json",
+          limits: { pids: 16, openFiles: 32, cpus: 0.5, memoryBytes: 256 * 1024 * 1024, tmpfsBytes: 1024 },
+        }),
+      ),
+      "airlock-x",
+    );
+    expect(args.slice(0, 3)).toEqual(["--host", "unix:///run/docker.sock", "run"]);
+    expect(args).toContain("--runtime=runsc");
+    expect(args).toContain("seccomp=/etc/airlock/seccomp.json");
+    expect(args.join(" ")).toContain("--pids-limit 16 --ulimit nofile=32:32");
+    expect(args.join(" ")).toContain(`--cpus 0.5 --memory ${256 * 1024 * 1024} --memory-swap ${256 * 1024 * 1024}`);
+    expect(args).toContain("/tmp:rw,noexec,nosuid,nodev,size=1024");
+    expect(args.at(-2)).toBe(IMAGE);
+  });
+
+  it.each([
+    ["a relative CLI path", { dockerPath: "docker" }, /absolute path/],
+    ["a tag instead of an image id", { image: "node:20" }, /exact image id/],
+    ["a short digest", { image: "sha256:abc" }, /exact image id/],
+    ["an uppercase digest", { image: `sha256:${"A".repeat(64)}` }, /exact image id/],
+    ["a provenance that is not a digest", { provenance: "v1.2.3" }, /provenance must be an exact digest/],
+    ["an unknown runtime", { runtime: "kata" }, /runtime must be/],
+    ["a host with spaces", { host: "tcp://a b" }, /host must be/],
+    ["a relative seccomp profile", { seccompProfile: "seccomp.json" }, /absolute path of a JSON profile/],
+    ["a zero limit", { limits: { pids: 0 } }, /limits.pids/],
+  ])("refuses %s", (_, extra, message) => {
+    expect(() => checkDockerOptions({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(message);
+    expect(() => createDockerQuickJsSandboxAdapter({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(
+      message,
+    );
+  });
+});
+
+describe("digest checks (against a recording stand-in for the CLI)", () => {
+  it("accepts the exact image id and provenance label", async () => {
+    const docker = fakeDocker(goodImage);
+    expect(await verifyDockerImage(options(docker.path))).toBeUndefined();
+    expect(docker.calls()).toEqual([["image", "inspect", "--format", "{{json .}}", IMAGE]]);
+  });
+
+  it.each([
+    ["another image id", { ...goodImage, Id: `sha256:${"d".repeat(64)}` }, /image id is not the one configured/],
+    ["no provenance label", { Id: IMAGE, Config: { Labels: null } }, /label is not the configured provenance/],
+    [
+      "another provenance",
+      { Id: IMAGE, Config: { Labels: { [PROVENANCE_LABEL]: `sha256:${"e".repeat(64)}` } } },
+      /label is not the configured provenance/,
+    ],
+    ["a missing image", null, /inspect failed/],
+  ])("refuses %s, and never starts a container", async (_, inspect, message) => {
+    const docker = fakeDocker(inspect);
+    expect(await verifyDockerImage(options(docker.path))).toMatch(message);
+    const adapter = createDockerQuickJsSandboxAdapter(options(docker.path));
+    expect(await adapter.isAvailable()).toBe(false);
+    const result = await adapter.execute(request("async (input) => input"));
+    expect(result).toMatchObject({ status: "failed", reason: "sandbox_error" });
+    await adapter.close();
+    expect(docker.calls().some((argv) => argv.includes("run"))).toBe(false);
+  });
+});
+
+describe("the adapter end to end (the stand-in serves the container entry)", () => {
+  it("runs programs, bridges tool calls, and stops the container on close", async () => {
+    const docker = fakeDocker(goodImage);
+    const adapter = createDockerQuickJsSandboxAdapter(options(docker.path, { runtime: "runsc" }));
+    expect(adapter.id).toBe("airlock.quickjs-docker");
+    expect(await adapter.isAvailable()).toBe(true);
+    const result = await adapter.execute(
+      request("async (input, tools) => ({ sum: input.a + input.b, tool: await tools.call('lookup', { q: 1 }) })", {
+        a: 2,
+        b: 3,
+      }),
+    );
+    expect(result.status).toBe("succeeded");
+    const output = "outputJson" in result ? JSON.parse(result.outputJson) : (result as { output: unknown }).output;
+    expect(output).toEqual({ sum: 5, tool: { status: "succeeded", output: { toolId: "lookup", echoed: { q: 1 } } } });
+    const failing = await adapter.execute(request("async () => { throw new TypeError('nope'); }"));
+    expect(failing).toMatchObject({ status: "failed", reason: "program_error", programError: { name: "TypeError" } });
+    await adapter.close();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const calls = docker.calls();
+    const run = calls.find((argv) => argv.includes("run")) as string[];
+    expect(run).toContain("--runtime=runsc");
+    expect(run.at(-2)).toBe(IMAGE);
+    const name = run[run.indexOf("--name") + 1];
+    expect(calls).toContainEqual(["kill", name]);
+  });
+});
+
+const dockerInfo = spawnSync("/usr/bin/docker", ["info"], { stdio: "ignore", timeout: 20_000 });
+const dockerWorks = dockerInfo.status === 0;
+if (!dockerWorks) {
+  console.log("docker integration test: skipped, `docker info` did not succeed on this machine (no Docker engine)");
+}
+
+describe.runIf(dockerWorks && process.env.AIRLOCK_DOCKER_IMAGE && process.env.AIRLOCK_DOCKER_PROVENANCE)(
+  "a real container (AIRLOCK_DOCKER_IMAGE / AIRLOCK_DOCKER_PROVENANCE, built as the module documents)",
+  () => {
+    it("runs a program and has no network", async () => {
+      const adapter = createDockerQuickJsSandboxAdapter({
+        dockerPath: "/usr/bin/docker",
+        image: process.env.AIRLOCK_DOCKER_IMAGE as string,
+        provenance: process.env.AIRLOCK_DOCKER_PROVENANCE as string,
+      });
+      expect(await adapter.isAvailable()).toBe(true);
+      const result = await adapter.execute(request("async (input) => input.x * 2", { x: 21 }));
+      expect(result).toMatchObject({ status: "succeeded" });
+      await adapter.close();
+    }, 120_000);
+  },
+);

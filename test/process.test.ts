@@ -1,0 +1,267 @@
+/**
+ * The process tier: the framed channel (SECURITY.md 24 for child processes), a child killed mid-execution, the
+ * construction checks (no silent downgrade), and what `protections` reports. Behaviour shared with the other
+ * launchers runs in sandbox/security/deterministic.test.ts through test/helpers/sandboxes.ts.
+ */
+import { existsSync } from "node:fs";
+import {
+  type CodemodeTool,
+  IsolationUnavailableError,
+  PROCESS_STOP_GRACE_MS,
+  ProcessCodemodeSandbox,
+  type ProcessCodemodeSandboxOptions,
+} from "airlock";
+import { afterEach, describe, expect, it } from "vitest";
+
+const badChild = new URL("./fixtures/process/bad-child.mjs", import.meta.url);
+const open: ProcessCodemodeSandbox[] = [];
+const make = (options: ProcessCodemodeSandboxOptions = {}) => {
+  const sandbox = new ProcessCodemodeSandbox({ poolSize: 1, ...options });
+  open.push(sandbox);
+  return sandbox;
+};
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((s) => s.close()));
+});
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+const linuxWithBwrap = process.platform === "linux" && existsSync("/usr/bin/bwrap");
+
+describe("the child channel (framed, strictly validated)", () => {
+  it.each([
+    ["an unknown field", "unknown-field", /broke the protocol: done has an unknown field "extra"/],
+    ["an oversized frame", "oversized", /broke the protocol: a frame of 209715200 bytes is over the limit/],
+    ["a frame that is not JSON", "not-json", /broke the protocol: a frame is not JSON/],
+    ["a duplicate call id", "duplicate-id", /broke the protocol: a call id is repeated or out of order/],
+    ["idle for a run that is not deterministic", "idle-out-of-order", /idle arrived for a run that is not/],
+    ["started after other events", "started-out-of-order", /started arrived out of order/],
+    ["a second ready", "ready-again", /sent "ready" after it was ready/],
+    ["a message for an execution it was never given", "unknown-exec", /for an execution it does not run/],
+    ["an exit mid-execution", "exit", /the child process exited with code 9/],
+  ])(
+    "kills the child once on %s, fails the execution with a sandbox error, and replaces it",
+    async (_, code, message) => {
+      const sandbox = make({ childEntry: badChild, timeoutMs: 10_000 });
+      await sandbox.warm();
+      const [pid] = sandbox.pids;
+      const result = await sandbox.execute(code);
+      expect(!result.ok && result.error.kind).toBe("sandbox");
+      expect(!result.ok && result.error.message).toMatch(message);
+      const next = await sandbox.execute("fine");
+      expect(next.ok && next.value).toBe(1);
+      expect(sandbox.processCount).toBe(1);
+      expect(sandbox.pids).not.toContain(pid);
+      expect(alive(pid as number)).toBe(false);
+    },
+  );
+
+  it("kills a child that sends a second done for a finished execution", async () => {
+    const sandbox = make({ childEntry: badChild, timeoutMs: 10_000 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    const result = await sandbox.execute("done-twice");
+    expect(result.ok && result.value).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(alive(pid as number)).toBe(false);
+    const next = await sandbox.execute("fine");
+    expect(next.ok && next.value).toBe(1);
+  });
+
+  it("fails every open execution of a child that breaks the protocol, and only once", async () => {
+    const sandbox = make({ childEntry: badChild, timeoutMs: 10_000 });
+    const results = await Promise.all([
+      sandbox.execute("silent"),
+      sandbox.execute("silent"),
+      sandbox.execute("duplicate-id"),
+    ]);
+    expect(results.map((r) => !r.ok && r.error.kind)).toEqual(["sandbox", "sandbox", "sandbox"]);
+    expect(new Set(results.map((r) => !r.ok && r.error.message)).size).toBe(1);
+  });
+
+  it("drops a flood on stderr without failing or buffering it", async () => {
+    const sandbox = make({ childEntry: badChild, timeoutMs: 10_000 });
+    const result = await sandbox.execute("stderr-flood");
+    expect(result.ok && result.value).toBe(1);
+  });
+
+  it("kills a child that does not stop a run in time", async () => {
+    const sandbox = make({ childEntry: badChild, timeoutMs: 100 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    const result = await sandbox.execute("silent");
+    expect(!result.ok && result.error.kind).toBe("timeout");
+    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS + 200));
+    expect(alive(pid as number)).toBe(false);
+    const next = await sandbox.execute("fine");
+    expect(next.ok && next.value).toBe(1);
+  });
+
+  it("reports a child that cannot boot as a sandbox error and does not respawn it in a loop", async () => {
+    const sandbox = make({ childEntry: new URL("./fixtures/process/no-boot.mjs", import.meta.url) });
+    await expect(sandbox.warm()).rejects.toThrow(/exited with code 3/);
+    const result = await sandbox.execute("return 1");
+    expect(!result.ok && result.error.kind).toBe("sandbox");
+  });
+});
+
+describe("a child killed mid-execution", () => {
+  const signals: AbortSignal[] = [];
+  const tools: CodemodeTool[] = [
+    {
+      name: "hang",
+      execute: (_args, { signal }) =>
+        new Promise((resolve) => {
+          signals.push(signal);
+          signal.addEventListener("abort", () => resolve("aborted"));
+        }),
+    },
+  ];
+
+  it("ends its open executions with sandbox errors, aborts their tool calls, and is replaced", async () => {
+    const sandbox = make({ tools, timeoutMs: 20_000 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids as [number];
+    signals.length = 0;
+    const pending = [sandbox.execute("await tools.hang();"), sandbox.execute("await tools.hang(); return 1;")];
+    while (signals.length < 2) await new Promise((resolve) => setTimeout(resolve, 10));
+    // A run that computes: the child is busy in the VM when it is killed.
+    pending.push(sandbox.execute("while (true) {}"));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const killedAt = Date.now();
+    process.kill(pid, "SIGKILL");
+    const results = await Promise.all(pending);
+    expect(Date.now() - killedAt).toBeLessThan(2_000);
+    for (const result of results) {
+      expect(!result.ok && result.error).toEqual({
+        kind: "sandbox",
+        message: "the child process exited with signal SIGKILL",
+      });
+    }
+    expect(signals.every((s) => s.aborted)).toBe(true);
+    const next = await sandbox.execute("return 6 * 7;");
+    expect(next.ok && next.value).toBe(42);
+    expect(sandbox.processCount).toBe(1);
+    expect(sandbox.pids).not.toContain(pid);
+  });
+
+  it("retires a child that used most of its CPU rlimit, before the rlimit ends it", async () => {
+    // cpuSeconds 2: the child asks to retire past 1.6 s of CPU (its boot counts too); RLIMIT_CPU would kill it at 2 s.
+    const sandbox = make({ isolation: { limits: { cpuSeconds: 2 } } });
+    await sandbox.warm();
+    const [first] = sandbox.pids as [number];
+    let spun = 0;
+    while (sandbox.pids.includes(first) && spun++ < 20) {
+      // Short bursts: the check after each run sees the threshold crossed well before the rlimit.
+      const result = await sandbox.execute("while (true) {}", { timeoutMs: 200 });
+      expect(!result.ok && result.error.kind).toBe("timeout");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(sandbox.pids).not.toContain(first);
+    expect(sandbox.processCount).toBe(1);
+    const next = await sandbox.execute("return 1;");
+    expect(next.ok && next.value).toBe(1);
+  });
+
+  it("close() ends every child", async () => {
+    const sandbox = make({ poolSize: 2 });
+    await sandbox.warm();
+    const pids = sandbox.pids;
+    expect(pids).toHaveLength(2);
+    const running = sandbox.execute("while (true) {}", { timeoutMs: 60_000 });
+    await sandbox.close();
+    expect(!(await running).ok).toBe(true);
+    expect(pids.filter(alive)).toEqual([]);
+  });
+});
+
+describe("construction: no silent downgrade", () => {
+  it.runIf(process.platform === "linux")("fails without bwrap, saying what is missing and how to install it", () => {
+    expect(() => make({ isolation: { bwrapPath: "/nonexistent/bwrap" } })).toThrow(IsolationUnavailableError);
+    expect(() => make({ isolation: { bwrapPath: "/nonexistent/bwrap" } })).toThrow(/apt-get install bubblewrap/);
+  });
+
+  it.runIf(process.platform === "linux")("fails without runsc for the gvisor runtime", () => {
+    expect(() => make({ isolation: { runtime: "gvisor", runscPath: "/nonexistent/runsc" } })).toThrow(
+      /apt-get install runsc/,
+    );
+  });
+
+  it("runs a plain child with an empty environment when degraded is allowed, and says what is missing", async () => {
+    const sandbox = make({ isolation: { bwrapPath: "/nonexistent/bwrap", allowDegraded: true } });
+    expect(sandbox.protections).toMatchObject({
+      runtime: "plain",
+      emptyEnvironment: true,
+      seccomp: null,
+      rlimits: null,
+      noNetwork: false,
+    });
+    expect(sandbox.protections.missing.join(" ")).toMatch(/bubblewrap|Linux-only/);
+    const result = await sandbox.execute("return 1 + 1;");
+    expect(result.ok && result.value).toBe(2);
+  });
+
+  it("checks its options", () => {
+    expect(() => make({ isolation: { limits: { processes: 2 } } })).toThrow(/processes must be at least 12/);
+    expect(() => make({ isolation: { limits: { addressSpaceBytes: 1e6 } } })).toThrow(/at least 2 GiB/);
+    expect(() => make({ isolation: { runtime: "docker" as "bwrap" } })).toThrow(/runtime must be/);
+    expect(() => make({ poolSize: 0 })).toThrow(/poolSize/);
+  });
+});
+
+describe.runIf(linuxWithBwrap)("protections under bwrap", () => {
+  it("reports namespaces, the minimal root, seccomp, exec denial and rlimits", () => {
+    const sandbox = make();
+    const p = sandbox.protections;
+    expect(p.runtime).toBe("bwrap");
+    expect(p.missing).toEqual([]);
+    expect(p.namespaces).toEqual(expect.arrayContaining(["user", "pid", "net", "ipc", "uts", "mount"]));
+    expect(p).toMatchObject({ emptyEnvironment: true, minimalReadOnlyRoot: true, noNetwork: true, execDenied: true });
+    expect(p.seccomp).toBe(process.arch === "arm64" ? "aarch64" : "x86_64");
+    expect(p.deniedSyscalls).toEqual(
+      expect.arrayContaining(["socket", "ptrace", "mount", "unshare", "setns", "keyctl"]),
+    );
+    expect(p.rlimits).toMatchObject({ cpuSeconds: 600, openFiles: 64, processes: 32 });
+  });
+
+  it("applies the rlimits to the node process inside the sandbox (read from the host's /proc)", async () => {
+    const sandbox = make({ isolation: { limits: { openFiles: 48, processes: 24, cpuSeconds: 300 } } });
+    await sandbox.warm();
+    const limits = await nodeLimits(sandbox.pids[0] as number);
+    expect(limits["Max open files"]).toEqual(["48", "48"]);
+    expect(limits["Max processes"]).toEqual(["24", "24"]);
+    expect(limits["Max cpu time"]).toEqual(["300", "305"]);
+    expect(limits["Max address space"]?.[0]).toBe(String(sandbox.protections.rlimits?.addressSpaceBytes));
+    expect(limits["Max core file size"]).toEqual(["0", "0"]);
+  });
+});
+
+/** Finds node under the sandbox's outermost process and parses its /proc/PID/limits. */
+async function nodeLimits(root: number): Promise<Record<string, string[]>> {
+  const { readFileSync, readdirSync } = await import("node:fs");
+  const children = (pid: number): number[] =>
+    readdirSync(`/proc/${pid}/task`).flatMap((tid) =>
+      readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number),
+    );
+  const queue = [root];
+  while (queue.length > 0) {
+    const pid = queue.shift() as number;
+    const exe = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0] ?? "";
+    if (exe.endsWith("/node")) {
+      const out: Record<string, string[]> = {};
+      for (const line of readFileSync(`/proc/${pid}/limits`, "utf8").split("\n").slice(1)) {
+        const match = /^(.+?)\s{2,}(\S+)\s+(\S+)/.exec(line);
+        if (match) out[match[1] as string] = [match[2] as string, match[3] as string];
+      }
+      return out;
+    }
+    queue.push(...children(pid));
+  }
+  throw new Error("no node process under the sandbox");
+}
