@@ -337,6 +337,8 @@ export const PRELUDE_SOURCE = `(function () {
   for (let i = 0; i < builtinNames.length; i++) {
     const value = builtins[builtinNames[i]];
     if (typeof value === "function") freeze(value);
+    // In the image already (configuring them per execution costs more); a program's configure removes them again.
+    defineProperty(globalThis, builtinNames[i], { value, writable: false, configurable: true, enumerable: true });
   }
   // A program (as opposed to a script) sees standard JavaScript and its tools argument, nothing else.
   function callTool(toolId, input) {
@@ -373,8 +375,8 @@ export const PRELUDE_SOURCE = `(function () {
 
   function configure(configJson) {
     const config = parse(configJson);
-    if (!config.program) {
-      for (let i = 0; i < builtinNames.length; i++) fixed(builtinNames[i], builtins[builtinNames[i]]);
+    if (config.program) {
+      for (let i = 0; i < builtinNames.length; i++) delete globalThis[builtinNames[i]];
     }
     if (config.seed !== undefined) {
       s0 = config.seed[0] | 0; s1 = config.seed[1] | 0; s2 = config.seed[2] | 0; s3 = config.seed[3] | 0;

@@ -583,9 +583,14 @@ function randomWords(): number[] {
     randomFillSync(randomPool);
     randomIndex = 0;
   }
-  const words = Array.from(randomPool.subarray(randomIndex, randomIndex + 4));
+  const i = randomIndex;
   randomIndex += 4;
-  return words;
+  return [
+    randomPool[i] as number,
+    randomPool[i + 1] as number,
+    randomPool[i + 2] as number,
+    randomPool[i + 3] as number,
+  ];
 }
 
 /** Four PRNG state words from a 32-bit seed (splitmix32), so that nearby seeds give unrelated sequences. */
