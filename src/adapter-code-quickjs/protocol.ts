@@ -14,11 +14,12 @@ import {
   parseVmEvent,
   type RunRequest,
   type StopReason,
+  sandboxFailure,
   type VmEvent,
 } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
-import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
+import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "../host/launcher.ts";
 
 /** Name and version of the message protocol; either side refuses a peer that announces another. */
 export const QUICKJS_PROTOCOL = "airlock.quickjs";
@@ -54,11 +55,6 @@ export interface QuickJsProtocolTransport {
 export interface QuickJsServerTransport {
   send(message: QuickJsVmMessage): void;
   onMessage(handler: (message: unknown) => void): void;
-}
-
-interface RunEntry {
-  onEvent: (event: VmEvent) => void;
-  stopTimer?: ReturnType<typeof setTimeout>;
 }
 
 class Connection {
@@ -184,16 +180,7 @@ class Connection {
     clearTimeout(this.bootTimer);
     this.markFailed();
     this.closeTransport();
-    const runs = [...this.runs];
-    this.runs.clear();
-    for (const [exec, entry] of runs) {
-      if (entry.stopTimer) clearTimeout(entry.stopTimer);
-      entry.onEvent({
-        type: "done",
-        exec,
-        result: { ok: false, error: { kind: "sandbox", message: reason }, cpuMs: 0, during: null },
-      });
-    }
+    failRuns(this.runs, reason);
   }
 }
 
@@ -221,13 +208,7 @@ export class ProtocolLauncher implements Launcher {
   launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
     const exec = ++this.lastExec;
     if (this.closed) {
-      queueMicrotask(() =>
-        onEvent({
-          type: "done",
-          exec,
-          result: { ok: false, error: { kind: "sandbox", message: "the adapter is closed" }, cpuMs: 0, during: null },
-        }),
-      );
+      queueMicrotask(() => onEvent(sandboxFailure(exec, "the adapter is closed")));
       return { settle: () => {}, stop: () => {} };
     }
     const connection = this.current();

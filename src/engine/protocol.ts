@@ -158,3 +158,8 @@ export function parseVmEvent(value: unknown): VmEvent {
   }
   return m as unknown as VmEvent;
 }
+
+/** The `done` event of a run that the VM side could not run or finish: a `sandbox` error. */
+export function sandboxFailure(exec: number, message: string): VmEvent {
+  return { type: "done", exec, result: { ok: false, error: { kind: "sandbox", message }, cpuMs: 0, during: null } };
+}

@@ -1,5 +1,5 @@
 /** A launcher that becomes available later, for example once a `wasm` module passed as a promise has compiled. */
-import type { CallOutcome, StopReason, VmEvent } from "../engine/protocol.ts";
+import { type CallOutcome, type StopReason, sandboxFailure, type VmEvent } from "../engine/protocol.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 
 export class DeferredLauncher<L extends Launcher = Launcher> implements Launcher {
@@ -34,11 +34,7 @@ export class DeferredLauncher<L extends Launcher = Launcher> implements Launcher
       if (stopped) return;
       if (!this.inner) {
         const message = `the sandbox could not start: ${this.failure?.message ?? "unknown error"}`;
-        onEvent({
-          type: "done",
-          exec: 0,
-          result: { ok: false, error: { kind: "sandbox", message }, cpuMs: 0, during: null },
-        });
+        onEvent(sandboxFailure(0, message));
         return;
       }
       run = this.inner.launch(request, onEvent);

@@ -1,5 +1,5 @@
 /** Runs VMs on the calling thread. A script that computes blocks the caller until it awaits or is interrupted. */
-import type { VmEvent } from "../engine/protocol.ts";
+import { sandboxFailure, type VmEvent } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 
@@ -71,10 +71,6 @@ export class InlineLauncher implements Launcher {
   }
 
   private fail(exec: number, message: string): void {
-    this.dispatch({
-      type: "done",
-      exec,
-      result: { ok: false, error: { kind: "sandbox", message }, cpuMs: 0, during: null },
-    });
+    this.dispatch(sandboxFailure(exec, message));
   }
 }

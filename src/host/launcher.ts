@@ -2,7 +2,13 @@
  * A launcher decides WHERE a VM runs (the calling thread, a worker thread, a child process); the host side of an
  * execution is the same for all of them and talks to the launcher only through this interface.
  */
-import type { CallOutcome, RunRequest, StopReason, VmEvent } from "../engine/protocol.ts";
+import {
+  type CallOutcome,
+  type RunRequest,
+  type StopReason,
+  sandboxFailure,
+  type VmEvent,
+} from "../engine/protocol.ts";
 
 /** A run request before the launcher assigned its ids. */
 export type LaunchRequest = Omit<RunRequest, "exec" | "slot">;
@@ -22,4 +28,20 @@ export interface Launcher {
   launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun;
   /** Stops every run (each ends with `done`) and releases threads, processes and VMs. */
   close(): Promise<void>;
+}
+
+/** A launcher's record of one run on a VM side: where its events go, and the timer of a pending stop. */
+export interface RunEntry {
+  onEvent(event: VmEvent): void;
+  stopTimer?: ReturnType<typeof setTimeout>;
+}
+
+/** Ends every run of a VM side that is gone or was killed, each with a `sandbox` error, and forgets them. */
+export function failRuns(runs: Map<number, RunEntry>, reason: string): void {
+  const open = [...runs];
+  runs.clear();
+  for (const [exec, entry] of open) {
+    if (entry.stopTimer) clearTimeout(entry.stopTimer);
+    entry.onEvent(sandboxFailure(exec, reason));
+  }
 }

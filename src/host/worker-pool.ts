@@ -7,8 +7,15 @@
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
-import { type HostCommand, PROTOCOL_VERSION, parseVmEvent, StopCode, type VmEvent } from "../engine/protocol.ts";
-import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
+import {
+  type HostCommand,
+  PROTOCOL_VERSION,
+  parseVmEvent,
+  StopCode,
+  sandboxFailure,
+  type VmEvent,
+} from "../engine/protocol.ts";
+import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "./launcher.ts";
 import type { WorkerData } from "./worker.ts";
 
 /** Time a worker has to end a stopped run before it is terminated (generous: a loaded machine can delay a thread). */
@@ -27,16 +34,14 @@ export interface WorkerPoolOptions {
   workerUrl?: string | URL;
 }
 
-interface RunEntry {
-  onEvent: (event: VmEvent) => void;
+interface PoolRunEntry extends RunEntry {
   slot: number;
-  stopTimer?: ReturnType<typeof setTimeout>;
 }
 
 class PoolWorker {
   readonly worker: Worker;
   readonly flags = new Int32Array(new SharedArrayBuffer(SLOTS_PER_WORKER * 4));
-  readonly runs = new Map<number, RunEntry>();
+  readonly runs = new Map<number, PoolRunEntry>();
   private readonly freeSlots: number[] = [];
   readonly ready: Promise<void>;
   dead = false;
@@ -134,12 +139,12 @@ class PoolWorker {
     entry.onEvent(event);
   }
 
-  addRun(exec: number, entry: RunEntry): void {
+  addRun(exec: number, entry: PoolRunEntry): void {
     if (this.runs.size === 0) this.worker.ref();
     this.runs.set(exec, entry);
   }
 
-  finishRun(exec: number, entry: RunEntry): void {
+  finishRun(exec: number, entry: PoolRunEntry): void {
     this.runs.delete(exec);
     // An idle pool does not keep the process alive.
     if (this.runs.size === 0) this.worker.unref();
@@ -152,16 +157,7 @@ class PoolWorker {
     if (this.dead) return;
     this.dead = true;
     void this.worker.terminate();
-    const runs = [...this.runs];
-    this.runs.clear();
-    for (const [exec, entry] of runs) {
-      if (entry.stopTimer) clearTimeout(entry.stopTimer);
-      entry.onEvent({
-        type: "done",
-        exec,
-        result: { ok: false, error: { kind: "sandbox", message: reason }, cpuMs: 0, during: null },
-      });
-    }
+    failRuns(this.runs, reason);
     this.pool.replace(this);
   }
 }
@@ -190,12 +186,7 @@ export class WorkerPool implements Launcher {
 
   launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
     const exec = ++this.lastExec;
-    const fail = (message: string) =>
-      onEvent({
-        type: "done",
-        exec,
-        result: { ok: false, error: { kind: "sandbox", message }, cpuMs: 0, during: null },
-      });
+    const fail = (message: string) => onEvent(sandboxFailure(exec, message));
     const noop: LaunchedRun = { settle: () => {}, stop: () => {} };
     if (this.closed) {
       queueMicrotask(() => fail("the sandbox is closed"));
@@ -207,7 +198,7 @@ export class WorkerPool implements Launcher {
       queueMicrotask(() => fail("too many executions at once on one worker"));
       return noop;
     }
-    const entry: RunEntry = { onEvent, slot };
+    const entry: PoolRunEntry = { onEvent, slot };
     worker.addRun(exec, entry);
     worker.send({ type: "run", request: { ...request, exec, slot } });
     return {

@@ -8,8 +8,8 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
-import { PROTOCOL_VERSION, ProtocolError, parseVmEvent, type VmEvent } from "../engine/protocol.ts";
-import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
+import { PROTOCOL_VERSION, ProtocolError, parseVmEvent, sandboxFailure, type VmEvent } from "../engine/protocol.ts";
+import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "../host/launcher.ts";
 import { encodeFrame, FrameReader, MAX_FRAME_BYTES } from "./frames.ts";
 
 /** Time a child has to end a stopped run before it is killed. */
@@ -44,19 +44,17 @@ export interface ProcessPoolOptions {
   maxFrameBytes?: number;
 }
 
-interface RunEntry {
-  onEvent: (event: VmEvent) => void;
+interface ChildRunEntry extends RunEntry {
   deterministic: boolean;
   /** Ids the child gave out so far: each call must carry the next one. */
   lastCallId: number;
   events: number;
   stopping?: boolean;
-  stopTimer?: ReturnType<typeof setTimeout>;
 }
 
 class PoolChild {
   readonly process: ChildProcess;
-  readonly runs = new Map<number, RunEntry>();
+  readonly runs = new Map<number, ChildRunEntry>();
   readonly ready: Promise<void>;
   readonly exited: Promise<void>;
   dead = false;
@@ -219,12 +217,12 @@ class PoolChild {
     }
   }
 
-  addRun(exec: number, entry: RunEntry): void {
+  addRun(exec: number, entry: ChildRunEntry): void {
     if (this.runs.size === 0 && this.booted) this.setRef(true);
     this.runs.set(exec, entry);
   }
 
-  finishRun(exec: number, entry: RunEntry): void {
+  finishRun(exec: number, entry: ChildRunEntry): void {
     this.runs.delete(exec);
     if (entry.stopTimer) clearTimeout(entry.stopTimer);
     if (this.runs.size === 0) {
@@ -261,16 +259,7 @@ class PoolChild {
     this.process.stdin?.destroy();
     // Until it is gone, the dying child keeps the host alive, so that close() sees its exit.
     this.setRef(true);
-    const runs = [...this.runs];
-    this.runs.clear();
-    for (const [exec, entry] of runs) {
-      if (entry.stopTimer) clearTimeout(entry.stopTimer);
-      entry.onEvent({
-        type: "done",
-        exec,
-        result: { ok: false, error: { kind: "sandbox", message: reason }, cpuMs: 0, during: null },
-      });
-    }
+    failRuns(this.runs, reason);
     this.pool.replace(this);
   }
 }
@@ -321,17 +310,11 @@ export class ProcessPool implements Launcher {
     const exec = ++this.lastExec;
     const noop: LaunchedRun = { settle: () => {}, stop: () => {} };
     if (this.closed) {
-      queueMicrotask(() =>
-        onEvent({
-          type: "done",
-          exec,
-          result: { ok: false, error: { kind: "sandbox", message: "the sandbox is closed" }, cpuMs: 0, during: null },
-        }),
-      );
+      queueMicrotask(() => onEvent(sandboxFailure(exec, "the sandbox is closed")));
       return noop;
     }
     const child = this.pick();
-    const entry: RunEntry = { onEvent, deterministic: request.deterministic !== null, lastCallId: 0, events: 0 };
+    const entry: ChildRunEntry = { onEvent, deterministic: request.deterministic !== null, lastCallId: 0, events: 0 };
     child.addRun(exec, entry);
     child.write({ type: "run", request: { ...request, exec, slot: 0 } });
     return {
