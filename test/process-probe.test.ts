@@ -129,9 +129,12 @@ describe.each(runtimes.filter((r) => r.available))("SECURITY.md 26 under $runtim
       const allowed = [".airlock-exec", "lib", "lib64", "usr", top(probeScript), top(process.execPath)];
       expect(root.filter((d) => !allowed.includes(d))).toEqual([]);
     }
-    expect(report.tmp === "ENOENT" || (Array.isArray(report.tmp) && report.tmp.length === 0), String(report.tmp)).toBe(
-      true,
-    );
+    // Nothing of the host's /tmp is there; when Airlock itself lives under /tmp (a CI checkout), only the directory
+    // leading to its own read-only files is.
+    const ownDir = probeScript.startsWith("/tmp/") ? probeScript.split("/")[2] : undefined;
+    const tmpEntries = report.tmp === "ENOENT" ? [] : (report.tmp as string[]);
+    expect(Array.isArray(tmpEntries), String(report.tmp)).toBe(true);
+    expect(tmpEntries.filter((name) => name !== ownDir)).toEqual([]);
   });
 
   it("cannot write anywhere", () => {
