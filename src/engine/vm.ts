@@ -83,9 +83,6 @@ export interface VmOptions {
   maxStackSize: number;
 }
 
-/** Stack bytes below QuickJS's guard that native frames without a guard check may still use. */
-const STACK_COPY_MARGIN = 128 * 1024;
-
 export class GuestVm {
   /** Bumped by every reset; async work captured under an older generation must not touch the VM. */
   generation = 0;
@@ -232,8 +229,7 @@ export class GuestVm {
     this.resetToken++;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
-    const from = this.copyStart(image);
-    this.copyRange(image, from, image.memory.byteLength);
+    this.copyRange(image, 0, image.memory.byteLength);
     this.completeReset(image);
     return true;
   }
@@ -248,7 +244,7 @@ export class GuestVm {
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
     const size = image.memory.byteLength;
-    for (let offset = this.copyStart(image); offset < size; offset += chunkBytes) {
+    for (let offset = 0; offset < size; offset += chunkBytes) {
       this.copyRange(image, offset, Math.min(size, offset + chunkBytes));
       yield;
       if (token !== this.resetToken) return true;
@@ -265,15 +261,10 @@ export class GuestVm {
   }
 
   /**
-   * Where copying starts. The stack sits below the image's stack pointer and QuickJS's guard keeps it within
-   * maxStackSize of it, so the pages further down were never written (overflowing the guard traps or breaks the VM,
-   * which is then replaced). A VM coming from another image gets all of it.
+   * Restores [from, to) of the image. Resets cover the whole image, the stack pages below QuickJS's guard included:
+   * skipping them saved about 20 us, but a guest that corrupts memory through an engine bug could then leave data
+   * there for a later execution (maybe another tenant's).
    */
-  private copyStart(image: VmImage): number {
-    if (this.image !== image) return 0;
-    return Math.max(0, image.stackPointer - this.options.maxStackSize - STACK_COPY_MARGIN) & ~0xffff;
-  }
-
   private copyRange(image: VmImage, from: number, to: number): void {
     const memory = this.exports.memory;
     if (memory.buffer.byteLength < to) memory.grow(Math.ceil((to - memory.buffer.byteLength) / 65536));
