@@ -34,9 +34,10 @@ async function timeEach(sandbox, code, iterations, options) {
 }
 
 async function perCall(sandbox, iterations) {
+  // 1,000 sequential calls per execution, so that the execution's own cost and timer noise are small next to them.
   const base = await timeEach(sandbox, "for (let i = 0; i < 0; i++) await tools.echo(i); return 1;", iterations);
-  const calls = await timeEach(sandbox, "for (let i = 0; i < 100; i++) await tools.echo(i); return 1;", iterations);
-  return ((calls - base) / 100) * 1000; // us per call
+  const calls = await timeEach(sandbox, "for (let i = 0; i < 1000; i++) await tools.echo(i); return 1;", iterations);
+  return ((calls - base) / 1000) * 1000; // us per call
 }
 
 async function stopLateness(sandbox, iterations) {
@@ -107,8 +108,8 @@ row(
 );
 
 // 2. per-call cost of 100 sequential echo calls in one execution
-row("2. tool call, worker (per call)", "us", await perCall(airWorker, n(50, 10)), await perCall(piWorker, n(10, 3)));
-row("2. tool call, inline (per call)", "us", await perCall(airInline, n(50, 10)), await perCall(piInline, n(15, 4)));
+row("2. tool call, worker (per call)", "us", await perCall(airWorker, n(21, 5)), await perCall(piWorker, n(9, 3)));
+row("2. tool call, inline (per call)", "us", await perCall(airInline, n(21, 5)), await perCall(piInline, n(9, 3)));
 
 // 3. interpreter-bound loop
 const loop = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
