@@ -267,14 +267,17 @@ export class GuestVm {
    */
   private copyRange(image: VmImage, from: number, to: number): void {
     const memory = this.exports.memory;
+    // Pages a grow adds are zero already: a VM's first reset need not fill them (touching them costs page faults).
+    const grownFrom = Math.min(memory.buffer.byteLength, to);
     if (memory.buffer.byteLength < to) memory.grow(Math.ceil((to - memory.buffer.byteLength) / 65536));
     const target = new Uint8Array(memory.buffer);
     for (const segment of image.segments) {
       const start = Math.max(from, segment.from);
       const end = Math.min(to, segment.to);
       if (start >= end) continue;
-      if (segment.zero) target.fill(0, start, end);
-      else target.set(image.memory.subarray(start, end), start);
+      if (segment.zero) {
+        if (start < grownFrom) target.fill(0, start, Math.min(end, grownFrom));
+      } else target.set(image.memory.subarray(start, end), start);
     }
   }
 
