@@ -5,27 +5,11 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus } from "node:os";
 import { CodemodeSandbox, ProcessCodemodeSandbox } from "../dist/index.js";
+import { median, timeEach } from "./lib.mjs";
 
 const quick = process.env.QUICK === "1";
 const n = (full, small) => (quick ? small : full);
 const tools = [{ name: "echo", execute: async (args) => args }];
-
-const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-};
-
-async function timeEach(sandbox, code, iterations, options) {
-  const times = [];
-  for (let i = 0; i < iterations; i++) {
-    const start = performance.now();
-    const result = await sandbox.execute(code, options);
-    times.push(performance.now() - start);
-    if (!result.ok && !options?.expectFailure) throw new Error(`${code}: ${result.error.kind} ${result.error.message}`);
-  }
-  return median(times);
-}
 
 const tiers = [
   { name: "worker", make: () => new CodemodeSandbox({ poolSize: 1, tools }) },

@@ -9,29 +9,13 @@ import {
   loadQuickJSWasm as piWasm,
 } from "@earendil-works/pi-codemode";
 import { CodemodeSandbox, InlineCodemodeSandbox } from "../dist/index.js";
+import { median, timeEach } from "./lib.mjs";
 
 const quick = process.env.QUICK === "1";
 const n = (full, small) => (quick ? small : full);
 const echo = { name: "echo", execute: async (args) => args };
 const sleep10 = { name: "sleep", execute: () => new Promise((resolve) => setTimeout(() => resolve(1), 10)) };
 const tools = [echo, sleep10];
-
-const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-};
-
-async function timeEach(sandbox, code, iterations, options) {
-  const times = [];
-  for (let i = 0; i < iterations; i++) {
-    const start = performance.now();
-    const result = await sandbox.execute(code, options);
-    times.push(performance.now() - start);
-    if (!result.ok && !options?.expectFailure) throw new Error(`${code}: ${result.error.kind} ${result.error.message}`);
-  }
-  return median(times);
-}
 
 async function perCall(sandbox, iterations) {
   // 1,000 sequential calls per execution, so that the execution's own cost and timer noise are small next to them.

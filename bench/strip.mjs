@@ -3,6 +3,7 @@
 // with its types already erased (plain JavaScript). Run after a build: `npx tsc -p tsconfig.build.json` then
 // `node bench/strip.mjs`. Each figure comes from one fresh process, so the first call is really the first.
 import { performance } from "node:perf_hooks";
+import { median } from "./lib.mjs";
 
 const RUNS = 200;
 
@@ -37,12 +38,6 @@ function script() {
   const lines = [...head, ...body.slice(0, 50 - head.length - tail.length), ...tail];
   if (lines.length !== 50) throw new Error(`expected 50 lines, got ${lines.length}`);
   return lines.join("\n");
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 function percentile(values, p) {

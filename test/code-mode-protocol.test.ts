@@ -1,11 +1,3 @@
-/**
- * The QuickJS protocol adapter: Airlock's VM side in a process of the test's own (a child speaking newline-delimited
- * JSON on stdio), its qualification, and a VM side that misbehaves: garbage, another protocol version, a run it was
- * never sent, a launch that fails, a busy VM side that cannot read a stop.
- */
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { AirlockError, Budget, defineTool, invokeTool, z } from "airlock";
 import {
   createQuickJsProtocolAdapter,
@@ -23,48 +15,10 @@ import {
   defineCodeProgram,
 } from "airlock/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const VM_SIDE = `
-import { createInterface } from "node:readline";
-import { serveQuickJsProtocol } from "airlock/adapter-code-quickjs";
-let deliver = () => {};
-createInterface({ input: process.stdin }).on("line", (line) => { try { deliver(JSON.parse(line)); } catch {} });
-serveQuickJsProtocol({ send: (m) => process.stdout.write(JSON.stringify(m) + "\\n"), onMessage: (h) => { deliver = h; } });
-`;
-
-const children: { pid: number | undefined; killed: boolean; exited: boolean }[] = [];
-function launchChild(): QuickJsProtocolTransport {
-  const child = spawn(process.execPath, ["--input-type=module", "-e", VM_SIDE], {
-    cwd: ROOT,
-    stdio: ["pipe", "pipe", "ignore"],
-  });
-  const record = { pid: child.pid, killed: false, exited: false };
-  children.push(record);
-  child.once("exit", () => {
-    record.exited = true;
-  });
-  child.stdin.on("error", () => {});
-  let deliver: (message: unknown) => void = () => {};
-  createInterface({ input: child.stdout }).on("line", (line) => {
-    try {
-      deliver(JSON.parse(line));
-    } catch {
-      deliver({ type: "garbage" });
-    }
-  });
-  return {
-    send: (message) => child.stdin.write(`${JSON.stringify(message)}\n`),
-    onMessage: (handler) => {
-      deliver = handler;
-    },
-    onClose: (handler) => child.once("exit", handler),
-    close: () => {
-      record.killed = true;
-      child.kill("SIGKILL");
-    },
-  };
-}
+const children: ChildRecord[] = [];
+const launchChild = () => launchVmSideChild(children);
 
 /** A VM side written by the test: `answer` sees every host message and may reply. */
 function fakeLaunch(answer: (message: QuickJsHostMessage, reply: (message: unknown) => void) => void, hello?: unknown) {

@@ -1,17 +1,8 @@
-/**
- * The hostile programs of SECURITY.md that concern programs and tools (6, 9, 16, 17, 18, 21, 22, 23, 25), against
- * every adapter that claims them: the worker-pool QuickJS adapter and the protocol adapter over a child process.
- * "Host survives" is checked by a plain execution after each one.
- */
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { Budget, defineTool, invokeTool, z } from "airlock";
 import {
   type ClosableSandboxAdapter,
   createQuickJsProtocolAdapter,
   createQuickJsSandboxAdapter,
-  type QuickJsProtocolTransport,
 } from "airlock/adapter-code-quickjs";
 import {
   type CodeExecutionOutcome,
@@ -21,45 +12,9 @@ import {
   defineCodeProgram,
 } from "airlock/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { launchVmSideChild } from "./helpers/vm-side.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-
-/** Airlock's VM side in a child process, speaking the protocol as newline-delimited JSON on stdio. */
-const VM_SIDE = `
-import { createInterface } from "node:readline";
-import { serveQuickJsProtocol } from "airlock/adapter-code-quickjs";
-let deliver = () => {};
-createInterface({ input: process.stdin }).on("line", (line) => { try { deliver(JSON.parse(line)); } catch {} });
-serveQuickJsProtocol({ send: (m) => process.stdout.write(JSON.stringify(m) + "\\n"), onMessage: (h) => { deliver = h; } });
-`;
-
-function launchChild(): QuickJsProtocolTransport {
-  const child = spawn(process.execPath, ["--input-type=module", "-e", VM_SIDE], {
-    cwd: ROOT,
-    stdio: ["pipe", "pipe", "ignore"],
-  });
-  child.stdin.on("error", () => {});
-  let deliver: (message: unknown) => void = () => {};
-  createInterface({ input: child.stdout }).on("line", (line) => {
-    let message: unknown;
-    try {
-      message = JSON.parse(line);
-    } catch {
-      message = { type: "garbage" };
-    }
-    deliver(message);
-  });
-  return {
-    send: (message) => child.stdin.write(`${JSON.stringify(message)}\n`),
-    onMessage: (handler) => {
-      deliver = handler;
-    },
-    onClose: (handler) => child.once("exit", handler),
-    close: () => {
-      child.kill("SIGKILL");
-    },
-  };
-}
+const launchChild = () => launchVmSideChild();
 
 const adapters: { name: string; make(): ClosableSandboxAdapter; allowTestAdapter: boolean }[] = [
   { name: "worker pool", make: () => createQuickJsSandboxAdapter({ poolSize: 2 }), allowTestAdapter: false },
