@@ -22,6 +22,8 @@ import {
 } from "./protocol.ts";
 import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
 
+/** VMs booted besides the first, so that executions in a row need not wait for a reset. */
+const SPARE_VMS = 1;
 /** Bytes of the image copied per step of a gradual reset (about 20-30 us each). */
 const RESET_CHUNK_BYTES = 256 * 1024;
 
@@ -78,10 +80,10 @@ export class VmRunner {
     if (!vm.reset(image)) throw new Error("a freshly booted VM could not be reset");
     this.idle.push(vm);
     this.vmCount = 1;
-    // A spare, so that one VM can serve while the other is being reset.
-    if (this.options.maxVms > 1) {
+    // Spares, so that a clean VM can serve while the last ones used are being reset.
+    while (this.vmCount < Math.min(this.options.maxVms, SPARE_VMS + 1)) {
       this.idle.push(await GuestVm.fromImage(this.options, image));
-      this.vmCount = 2;
+      this.vmCount++;
     }
   }
 
@@ -135,9 +137,12 @@ export class VmRunner {
   }
 
   private takeIdle(): GuestVm | undefined {
-    for (const vm of this.recycling.keys()) {
+    for (const [vm, steps] of this.recycling) {
       if (this.idle.length > 0) break;
       this.recycling.delete(vm);
+      // Finish the reset where it is rather than copying the whole image again.
+      let step = steps.next();
+      while (!step.done) step = steps.next();
       this.idle.push(vm);
     }
     while (this.idle.length > 0) {
