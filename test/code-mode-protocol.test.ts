@@ -1,4 +1,4 @@
-import { AirlockError, Budget, defineTool, invokeTool, z } from "airlock";
+import { AirlockError, Budget, invokeTool, z } from "airlock";
 import {
   createQuickJsProtocolAdapter,
   QUICKJS_PROTOCOL,
@@ -15,6 +15,7 @@ import {
   defineCodeProgram,
 } from "airlock/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { echoTool } from "./helpers/code-mode.ts";
 import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";
 
 const children: ChildRecord[] = [];
@@ -44,17 +45,7 @@ function fakeLaunch(answer: (message: QuickJsHostMessage, reply: (message: unkno
   return { state, launch };
 }
 
-const echo = defineTool({
-  id: "echo",
-  version: "1",
-  description: "Returns its input.",
-  input: z.object({ value: z.unknown() }),
-  output: z.object({ value: z.unknown() }),
-  effects: "read",
-  capabilities: [],
-  costMicros: 0,
-  execute: ({ value }) => ({ value }),
-});
+const echo = echoTool(0);
 const broker: CodeModeInvokeTool = (tool, input, context) =>
   invokeTool(tool, input, {
     ...context,

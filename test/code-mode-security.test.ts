@@ -12,6 +12,7 @@ import {
   defineCodeProgram,
 } from "airlock/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { echoTool } from "./helpers/code-mode.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
 
 const launchChild = () => launchVmSideChild();
@@ -68,17 +69,7 @@ const broker: CodeModeInvokeTool = (tool, input, context) =>
     budget: new Budget(1_000_000_000, 1_000_000),
   });
 
-const echo = defineTool({
-  id: "echo",
-  version: "1",
-  description: "Returns its input.",
-  input: z.object({ value: z.unknown() }),
-  output: z.object({ value: z.unknown() }),
-  effects: "read",
-  capabilities: [],
-  costMicros: 1,
-  execute: ({ value }) => ({ value }),
-});
+const echo = echoTool(1);
 
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
 

@@ -25,6 +25,7 @@ import {
   type SandboxResult,
 } from "airlock/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { echoTool } from "./helpers/code-mode.ts";
 
 describe("the example of issue 5", () => {
   // biome-ignore format: the issue's example, verbatim apart from its import paths.
@@ -156,17 +157,7 @@ const run = (extra: Partial<{ signal: AbortSignal; executionId: string }> = {}) 
   ...extra,
 });
 
-const echo = defineTool({
-  id: "echo",
-  version: "1",
-  description: "Returns its input.",
-  input: z.object({ value: z.unknown() }),
-  output: z.object({ value: z.unknown() }),
-  effects: "read",
-  capabilities: [],
-  costMicros: 10,
-  execute: ({ value }) => ({ value }),
-});
+const echo = echoTool(10);
 
 function makeProgram(
   source: string,
