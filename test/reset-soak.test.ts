@@ -132,4 +132,40 @@ describe("the memory-image reset", () => {
     expect(compared).toBe(hostile.length * 3);
     runner.close();
   });
+
+  it("restores bytes written anywhere in the image's zero pages, synchronously and gradually", async () => {
+    const module = loadQuickJSWasm();
+    const { vm, image } = await GuestVm.boot({ module, maxStackSize: 256 * 1024 });
+    expect(vm.reset(image)).toBe(true);
+    const memory = new Uint8Array((vm as unknown as { exports: { memory: WebAssembly.Memory } }).exports.memory.buffer);
+    const zeroRuns = image.segments.filter((s) => s.zero);
+    // The wasm stack region and the heap headroom are both zero runs of more than a page.
+    expect(zeroRuns.filter((s) => s.to - s.from > 64 * 1024).length).toBeGreaterThanOrEqual(2);
+    const scribble = () => {
+      for (const run of zeroRuns) {
+        memory[run.from] = 1;
+        memory[run.to - 1] = 2;
+        memory[(run.from + run.to) >> 1] = 3;
+      }
+      vm.dirty = true;
+    };
+    // The reset allocates the new wrapper's handles, so the reference is a fresh VM made from the image.
+    const fresh = await GuestVm.fromImage({ module, maxStackSize: 256 * 1024 }, image);
+    const reference = new Uint8Array(
+      (fresh as unknown as { exports: { memory: WebAssembly.Memory } }).exports.memory.buffer,
+    );
+    const differences = () => memory.findIndex((byte, i) => byte !== reference[i]);
+    scribble();
+    expect(differences()).toBeGreaterThanOrEqual(0);
+    expect(vm.reset(image)).toBe(true);
+    expect(differences()).toBe(-1);
+    scribble();
+    const steps = vm.resetGradually(image, 64 * 1024);
+    let step = steps.next();
+    while (!step.done) step = steps.next();
+    expect(step.value).toBe(true);
+    expect(differences()).toBe(-1);
+    vm.dispose();
+    fresh.dispose();
+  });
 });

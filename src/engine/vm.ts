@@ -17,6 +17,7 @@ import { createHash } from "node:crypto";
 import { Intrinsics, JSException, type JSValueHandle, QuickJS } from "quickjs-wasi";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
+import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
 
 /** The exports of the quickjs-wasi module that the reset and the job loop use directly. */
 interface Exports {
@@ -71,7 +72,10 @@ export interface VmImage {
   /** SHA-256 of the prelude source, part of a deterministic run's fingerprint. */
   preludeHash: string;
   versions: Record<string, string>;
-  /** The image as runs of all-zero and other pages: zero runs are restored with a fill, which is cheaper than a copy. */
+  /**
+   * The image as runs of all-zero and other pages, in the order a reset restores them: zero runs first (checked,
+   * and filled where written), then the runs with data, so that those are in the cache when the next execution runs.
+   */
   segments: { from: number; to: number; zero: boolean }[];
 }
 
@@ -96,6 +100,7 @@ export class GuestVm {
 
   private wrapper!: QuickJS;
   private exports!: Exports;
+  private readonly zeroPages: ZeroPages | undefined;
   private entries?: { configure: JSValueHandle; start: JSValueHandle; settle: JSValueHandle };
 
   private constructor(
@@ -103,6 +108,7 @@ export class GuestVm {
     private instance: WebAssembly.Instance,
   ) {
     this.exports = instance.exports as unknown as Exports;
+    this.zeroPages = zeroPagesFor(this.exports.memory);
   }
 
   /** Creates a VM, runs the prelude and captures the post-prelude image. */
@@ -229,13 +235,14 @@ export class GuestVm {
     this.resetToken++;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
-    this.copyRange(image, 0, image.memory.byteLength);
+    const grownFrom = this.growTo(image);
+    for (const segment of image.segments) this.restore(image, segment, segment.from, segment.to, grownFrom);
     this.completeReset(image);
     return true;
   }
 
   /**
-   * The same reset in steps of at most `chunkBytes` copied, yielding in between so that a worker can serve messages
+   * The same reset in steps of at most `chunkBytes`, yielding in between so that a worker can serve messages
    * meanwhile. Returns false when a new VM is needed; stops early (returning true) when a synchronous `reset()`
    * took over.
    */
@@ -243,11 +250,13 @@ export class GuestVm {
     const token = ++this.resetToken;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
-    const size = image.memory.byteLength;
-    for (let offset = 0; offset < size; offset += chunkBytes) {
-      this.copyRange(image, offset, Math.min(size, offset + chunkBytes));
-      yield;
-      if (token !== this.resetToken) return true;
+    const grownFrom = this.growTo(image);
+    for (const segment of image.segments) {
+      for (let offset = segment.from; offset < segment.to; offset += chunkBytes) {
+        this.restore(image, segment, offset, Math.min(segment.to, offset + chunkBytes), grownFrom);
+        yield;
+        if (token !== this.resetToken) return true;
+      }
     }
     this.completeReset(image);
     return true;
@@ -260,25 +269,29 @@ export class GuestVm {
     return !this.broken && this.exports.memory.buffer.byteLength <= image.memory.byteLength;
   }
 
-  /**
-   * Restores [from, to) of the image. Resets cover the whole image, the stack pages below QuickJS's guard included:
-   * skipping them saved about 20 us, but a guest that corrupts memory through an engine bug could then leave data
-   * there for a later execution (maybe another tenant's).
-   */
-  private copyRange(image: VmImage, from: number, to: number): void {
+  /** Grows a new instance's memory to the image's size; returns where the pages the grow added begin. */
+  private growTo(image: VmImage): number {
     const memory = this.exports.memory;
-    // Pages a grow adds are zero already: a VM's first reset need not fill them (touching them costs page faults).
-    const grownFrom = Math.min(memory.buffer.byteLength, to);
-    if (memory.buffer.byteLength < to) memory.grow(Math.ceil((to - memory.buffer.byteLength) / 65536));
-    const target = new Uint8Array(memory.buffer);
-    for (const segment of image.segments) {
-      const start = Math.max(from, segment.from);
-      const end = Math.min(to, segment.to);
-      if (start >= end) continue;
-      if (segment.zero) {
-        if (start < grownFrom) target.fill(0, start, Math.min(end, grownFrom));
-      } else target.set(image.memory.subarray(start, end), start);
+    const size = memory.buffer.byteLength;
+    if (size < image.memory.byteLength) memory.grow(Math.ceil((image.memory.byteLength - size) / 65536));
+    return size;
+  }
+
+  /**
+   * Restores [from, to) of one segment of the image. Resets cover the whole image, the stack pages below QuickJS's
+   * guard included: skipping them would let a guest that corrupts memory through an engine bug leave data there for
+   * a later execution (maybe another tenant's).
+   */
+  private restore(image: VmImage, segment: VmImage["segments"][number], from: number, to: number, grownFrom: number) {
+    if (!segment.zero) {
+      new Uint8Array(this.exports.memory.buffer).set(image.memory.subarray(from, to), from);
+      return;
     }
+    // Pages a grow added are zero already: a VM's first reset need not touch them (that costs page faults).
+    const end = Math.min(to, grownFrom);
+    if (from >= end) return;
+    if (this.zeroPages) this.zeroPages(from, end);
+    else new Uint8Array(this.exports.memory.buffer).fill(0, from, end);
   }
 
   private completeReset(image: VmImage): void {
@@ -346,7 +359,7 @@ export class GuestVm {
   }
 }
 
-/** Splits memory into runs of 4 KiB pages that are all zero or not. */
+/** Splits memory into runs of 4 KiB pages that are all zero or not, zero runs first. */
 function segmentsOf(memory: Uint8Array): VmImage["segments"] {
   const page = 4096;
   const words = new BigUint64Array(memory.buffer, memory.byteOffset, memory.byteLength / 8);
@@ -363,7 +376,7 @@ function segmentsOf(memory: Uint8Array): VmImage["segments"] {
     if (last && last.zero === zero) last.to = from + page;
     else segments.push({ from, to: from + page, zero });
   }
-  return segments;
+  return [...segments.filter((s) => s.zero), ...segments.filter((s) => !s.zero)];
 }
 
 /** The interrupt poll between promise jobs fired. */
