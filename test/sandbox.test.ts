@@ -166,11 +166,16 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
     it("registers and unregisters tools for later executions", async () => {
       sandbox.registerTool({ name: "late", execute: () => "late tool" });
       expect(sandbox.tools.map((t) => t.name)).toContain("late");
-      const first = await run("return await tools.late();");
-      expect(first.ok && first.value).toBe("late tool");
+      // Repeated, so that runners start these executions from VMs captured with the tool set configured.
+      for (let i = 0; i < 4; i++) {
+        const first = await run("return [await tools.late(), ALL_TOOLS.some((t) => t.name === 'late')];");
+        expect(first.ok && first.value).toEqual(["late tool", true]);
+      }
       expect(sandbox.unregisterTool("late")).toBe(true);
-      const second = await run("return await tools.late();");
-      expect(!second.ok && second.error.message).toContain("tools.late does not exist");
+      for (let i = 0; i < 4; i++) {
+        const second = await run("return await tools.late();");
+        expect(!second.ok && second.error.message).toContain("tools.late does not exist");
+      }
       expect(() => sandbox.registerTool({ name: "echo", execute: () => 1 })).toThrow(/already registered/);
       expect(() => sandbox.registerTool({ name: "my.tool", execute: () => 1 })).toThrow(/both be tools.my_tool/);
     });
@@ -310,6 +315,15 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(result.ok && result.value).toEqual([[1, 2], { a: 1 }, null, null]);
       expect(result.ok && result.storeWrites).toEqual({ set: { obj: { a: 1 }, n: 1 }, delete: ["gone"] });
       expect(saved).toEqual({ list: [1, 2], gone: "x" });
+    });
+
+    it("gives each execution its own store, however often the same tools run", async () => {
+      for (let n = 0; n < 5; n++) {
+        const result = await run("return [load('n'), load('only-first') ?? null];", {
+          store: n === 0 ? { n, "only-first": true } : { n },
+        });
+        expect(result.ok && result.value).toEqual([n, n === 0 ? true : null]);
+      }
     });
 
     it("reports no writes for failed runs", async () => {

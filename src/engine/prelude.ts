@@ -26,8 +26,9 @@ export const Op = {
 /**
  * The script environment, evaluated once per VM before the post-prelude image is captured. It holds the host
  * function in a closure, builds `text`, `image`, `console`, `exit`, `store`, `load` on top of it, deep-freezes every
- * intrinsic, and returns the three entry points the host calls: `configure` (per execution: tools, globals, store,
- * random seed), `start` (runs the compiled script) and `settle` (hands a call's outcome back).
+ * intrinsic, and returns the entry points the host calls: `configure` (tools, globals and mode: the same for many
+ * executions, so a runner may capture its result as an image), `prepare` (per execution: random seed and store),
+ * `start` (runs the compiled script) and `settle` (hands a call's outcome back).
  *
  * Every value crosses the boundary as JSON text, serialized here with intrinsics captured before any script ran.
  */
@@ -378,21 +379,10 @@ export const PRELUDE_SOURCE = `(function () {
     if (config.program) {
       for (let i = 0; i < builtinNames.length; i++) delete globalThis[builtinNames[i]];
     }
-    if (config.seed !== undefined) {
-      s0 = config.seed[0] | 0; s1 = config.seed[1] | 0; s2 = config.seed[2] | 0; s3 = config.seed[3] | 0;
-      if ((s0 | s1 | s2 | s3) === 0) s0 = 1;
-    }
     if (config.deterministic) {
       delete globalThis.WeakRef;
       delete globalThis.FinalizationRegistry;
     }
-    const storeKeys = keys(config.store);
-    for (let i = 0; i < storeKeys.length; i++) {
-      const json = config.store[storeKeys[i]];
-      apply(mapSet, storeValues, [storeKeys[i], json]);
-      storeTotal += json.length;
-    }
-
     const table = O.create(null);
     const identifiers = [];
     const list = [];
@@ -442,6 +432,21 @@ export const PRELUDE_SOURCE = `(function () {
     for (let i = 0; i < nsNames.length; i++) fixed(nsNames[i], freeze(namespaces[nsNames[i]]));
   }
 
+  // Per execution, after configure (or in a VM restored from an image captured after it): the random seed and the
+  // store's values.
+  function prepare(seed0, seed1, seed2, seed3, storeJson) {
+    s0 = seed0 | 0; s1 = seed1 | 0; s2 = seed2 | 0; s3 = seed3 | 0;
+    if ((s0 | s1 | s2 | s3) === 0) s0 = 1;
+    if (storeJson === undefined) return;
+    const values = parse(storeJson);
+    const storeKeys = keys(values);
+    for (let i = 0; i < storeKeys.length; i++) {
+      const json = values[storeKeys[i]];
+      apply(mapSet, storeValues, [storeKeys[i], json]);
+      storeTotal += json.length;
+    }
+  }
+
   function start(fn, programInput) {
     if (typeof fn !== "function") {
       finish(false, stringify({ name: "SyntaxError", message: "the script did not compile to a function" }));
@@ -469,5 +474,5 @@ export const PRELUDE_SOURCE = `(function () {
     ]);
   }
 
-  return freeze({ configure, start, settle });
+  return freeze({ configure, prepare, start, settle });
 })()`;

@@ -26,6 +26,15 @@ import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from 
 const SPARE_VMS = 1;
 /** Bytes of the image copied per step of a gradual reset (about 20-30 us each). */
 const RESET_CHUNK_BYTES = 256 * 1024;
+/**
+ * Configured images a runner keeps (each a copy of a VM's memory, about 2.5 MiB). Executions with the same tools,
+ * globals and mode start from a VM already past `configure`, which otherwise costs tens of microseconds per tool.
+ */
+const MAX_CONFIGURED_IMAGES = 4;
+/** A configuration is captured the second time it is used, so that one-off configurations never pay for a capture. */
+const USES_BEFORE_CAPTURE = 2;
+/** Configurations seen once that the runner remembers; past it the counts start over. */
+const MAX_COUNTED_CONFIGS = 256;
 
 export interface RunnerOptions extends VmOptions {
   /** Receives every event, synchronously; it must not call back into the runner before returning. */
@@ -36,9 +45,18 @@ export interface RunnerOptions extends VmOptions {
   maxVms: number;
 }
 
+/** A request with its configuration (the argument of the prelude's `configure`, and the key of its image). */
+interface Queued {
+  request: RunRequest;
+  config: string;
+}
+
 interface ActiveRun {
   request: RunRequest;
+  config: string;
   vm: GuestVm;
+  /** The image the VM started from; it is reset to it afterwards. */
+  image: VmImage;
   nextCallId: number;
   pending: Set<number>;
   outputChars: number;
@@ -59,13 +77,17 @@ interface ActiveRun {
 }
 
 export class VmRunner {
+  /** The post-prelude image every VM is made from. */
   private image!: VmImage;
+  /** Images captured after `configure`, by configuration, least recently used first. */
+  private readonly configured = new Map<string, VmImage>();
+  private readonly configUses = new Map<string, number>();
   private readonly idle: GuestVm[] = [];
   /** VMs whose execution ended and whose reset is scheduled; taken (and reset at once) when no idle VM is left. */
   private readonly recycling = new Map<GuestVm, Generator<void, boolean>>();
   private vmCount = 0;
   private readonly runs = new Map<number, ActiveRun>();
-  private readonly waiting: RunRequest[] = [];
+  private readonly waiting: Queued[] = [];
   /** True while guest code runs on this thread; commands that arrive meanwhile wait in `deferred`. */
   private busy = false;
   private readonly deferred: HostCommand[] = [];
@@ -124,19 +146,58 @@ export class VmRunner {
   // ---- VM pool ----
 
   private start(request: RunRequest): void {
-    const vm = this.takeIdle();
+    const queued: Queued = {
+      request,
+      config: JSON.stringify({
+        tools: request.tools,
+        globals: request.globals,
+        deterministic: request.deterministic !== null,
+        program: request.program !== null,
+      }),
+    };
+    const image = this.imageFor(queued.config);
+    const vm = this.takeIdle(image);
     if (vm) {
-      this.begin(request, vm);
+      this.begin(queued, vm, image);
       return;
     }
-    this.waiting.push(request);
+    this.waiting.push(queued);
     if (this.vmCount < this.options.maxVms) {
       this.vmCount++;
       void this.addVm();
     }
   }
 
-  private takeIdle(): GuestVm | undefined {
+  /** The image a configuration starts from: its own once captured, the post-prelude one until then. */
+  private imageFor(config: string): VmImage {
+    const image = this.configured.get(config);
+    if (!image) return this.image;
+    // Least recently used first: move it to the end.
+    this.configured.delete(config);
+    this.configured.set(config, image);
+    return image;
+  }
+
+  /** Counts a use of a configuration on the post-prelude image; the second one captures its configured image. */
+  private noteConfigured(run: ActiveRun): void {
+    const uses = (this.configUses.get(run.config) ?? 0) + 1;
+    if (uses < USES_BEFORE_CAPTURE) {
+      if (this.configUses.size >= MAX_COUNTED_CONFIGS) this.configUses.clear();
+      this.configUses.set(run.config, uses);
+      return;
+    }
+    this.configUses.delete(run.config);
+    // A configuration that grew the memory stays uncaptured: VMs of both images could not be reset to each other.
+    if (run.vm.memoryBytes() !== this.image.byteLength) return;
+    run.image = run.vm.capture();
+    this.configured.set(run.config, run.image);
+    if (this.configured.size > MAX_CONFIGURED_IMAGES) {
+      this.configured.delete(this.configured.keys().next().value as string);
+    }
+  }
+
+  /** An idle VM reset to `image`, preferring one in that state already and the most recently used. */
+  private takeIdle(image: VmImage): GuestVm | undefined {
     for (const [vm, steps] of this.recycling) {
       if (this.idle.length > 0) break;
       this.recycling.delete(vm);
@@ -146,8 +207,15 @@ export class VmRunner {
       this.idle.push(vm);
     }
     while (this.idle.length > 0) {
-      const vm = this.idle.pop() as GuestVm;
-      if (vm.reset(this.image)) return vm;
+      let index = this.idle.length - 1;
+      for (let i = index; i >= 0; i--) {
+        if ((this.idle[i] as GuestVm).currentImage === image) {
+          index = i;
+          break;
+        }
+      }
+      const vm = this.idle.splice(index, 1)[0] as GuestVm;
+      if (vm.reset(image)) return vm;
       // Its memory grew past the image: a new instance replaces it (the VM count stays the same).
       vm.dispose();
       void this.addVm();
@@ -161,8 +229,8 @@ export class VmRunner {
       vm = await GuestVm.fromImage(this.options, this.image);
     } catch (error) {
       this.vmCount--;
-      const request = this.waiting.shift();
-      if (request) this.emitDone(request.exec, failure("sandbox", `could not create a VM: ${messageOf(error)}`));
+      const queued = this.waiting.shift();
+      if (queued) this.emitDone(queued.request.exec, failure("sandbox", `could not create a VM: ${messageOf(error)}`));
       return;
     }
     if (this.closed) {
@@ -173,15 +241,16 @@ export class VmRunner {
   }
 
   private release(vm: GuestVm): void {
-    const request = this.waiting.shift();
-    if (request) {
-      if (!vm.reset(this.image)) {
+    const queued = this.waiting.shift();
+    if (queued) {
+      const image = this.imageFor(queued.config);
+      if (!vm.reset(image)) {
         vm.dispose();
-        this.waiting.unshift(request);
+        this.waiting.unshift(queued);
         void this.addVm();
         return;
       }
-      this.begin(request, vm);
+      this.begin(queued, vm, image);
       return;
     }
     this.idle.push(vm);
@@ -191,8 +260,8 @@ export class VmRunner {
    * Returns a VM after its execution ended. The reset runs after the result went out, in steps that let messages
    * through, so it stays off the latency path; a run that needs the VM before then finishes the reset at once.
    */
-  private recycle(vm: GuestVm): void {
-    const steps = vm.resetGradually(this.image, RESET_CHUNK_BYTES);
+  private recycle(vm: GuestVm, image: VmImage): void {
+    const steps = vm.resetGradually(image, RESET_CHUNK_BYTES);
     this.recycling.set(vm, steps);
     const step = () => {
       // Taken by a run meanwhile (and reset at once), or recycled again with a newer reset.
@@ -220,10 +289,13 @@ export class VmRunner {
 
   // ---- one execution ----
 
-  private begin(request: RunRequest, vm: GuestVm): void {
+  private begin(queued: Queued, vm: GuestVm, image: VmImage): void {
+    const { request, config } = queued;
     const run: ActiveRun = {
       request,
+      config,
       vm,
+      image,
       nextCallId: 0,
       pending: new Set(),
       outputChars: 0,
@@ -254,17 +326,18 @@ export class VmRunner {
     this.enter(run, () => {
       const qjs = vm.qjs;
       const entries = vm.entryPoints;
-      const config = JSON.stringify({
-        tools: request.tools,
-        globals: request.globals,
-        store: request.store,
-        seed: request.deterministic ? seedWords(request.deterministic.seed) : randomWords(),
-        deterministic: request.deterministic !== null,
-        program: request.program !== null,
-      });
-      const configHandle = qjs.newString(config);
-      qjs.callFunction(entries.configure, qjs.undefined, configHandle).dispose();
-      configHandle.dispose();
+      if (image === this.image) {
+        const configHandle = qjs.newString(config);
+        qjs.callFunction(entries.configure, qjs.undefined, configHandle).dispose();
+        configHandle.dispose();
+        this.noteConfigured(run);
+      }
+      const seed = request.deterministic ? seedWords(request.deterministic.seed) : randomWords();
+      const prepareArgs = seed.map((word) => qjs.newNumber(word));
+      const hasStore = Object.keys(request.store).length > 0;
+      prepareArgs.push(hasStore ? qjs.newString(JSON.stringify(request.store)) : qjs.undefined);
+      qjs.callFunction(entries.prepare, qjs.undefined, ...prepareArgs).dispose();
+      for (const handle of prepareArgs) handle.dispose();
       let fn: JSValueHandle;
       try {
         // The wrapper shares line 1 with the script, so line numbers in stacks are exact.
@@ -335,7 +408,7 @@ export class VmRunner {
   }
 
   private stop(exec: number, reason: StopReason): void {
-    const waitingIndex = this.waiting.findIndex((r) => r.exec === exec);
+    const waitingIndex = this.waiting.findIndex((q) => q.request.exec === exec);
     if (waitingIndex >= 0) {
       this.waiting.splice(waitingIndex, 1);
       this.emitDone(exec, failure(reason, stopMessage(reason)));
@@ -526,10 +599,10 @@ export class VmRunner {
     this.emitDone(run.request.exec, result);
     if (this.busy) {
       // Still inside the VM (a stop arrived from an event handler): recycle once the stack has unwound.
-      queueMicrotask(() => this.recycle(vm));
+      queueMicrotask(() => this.recycle(vm, run.image));
       return;
     }
-    this.recycle(vm);
+    this.recycle(vm, run.image);
   }
 
   private emitDone(exec: number, result: RunResult): void {

@@ -63,12 +63,13 @@ export interface VmClock {
 const frozenClock: VmClock = { realtimeMs: () => 0, monotonicMs: () => 0 };
 
 export interface VmImage {
-  memory: Uint8Array;
+  /** Bytes of linear memory the image covers (a VM's whole memory when it was captured). */
+  byteLength: number;
   stackPointer: number;
   runtimePtr: number;
   contextPtr: number;
   /** Tokens (quickjs-wasi exportHandle) of the prelude's entry points, valid in every VM made from this image. */
-  entries: { configure: number; start: number; settle: number };
+  entries: Record<EntryName, number>;
   /** SHA-256 of the prelude source, part of a deterministic run's fingerprint. */
   preludeHash: string;
   versions: Record<string, string>;
@@ -76,8 +77,18 @@ export interface VmImage {
    * The image as runs of all-zero and other pages, in the order a reset restores them: zero runs first (checked,
    * and filled where written), then the runs with data, so that those are in the cache when the next execution runs.
    */
-  segments: { from: number; to: number; zero: boolean }[];
+  segments: ImageSegment[];
 }
+
+/** The prelude's entry points (see PRELUDE_SOURCE). */
+const ENTRY_NAMES = ["configure", "prepare", "start", "settle"] as const;
+export type EntryName = (typeof ENTRY_NAMES)[number];
+export type EntryPoints = Record<EntryName, JSValueHandle>;
+
+/** A run of 4 KiB pages of an image: all zero, or with the bytes they hold (only these are kept in host memory). */
+export type ImageSegment =
+  | { from: number; to: number; zero: true }
+  | { from: number; to: number; zero: false; data: Uint8Array };
 
 export type HostCallback = (args: JSValueHandle[]) => JSValueHandle | undefined;
 
@@ -101,7 +112,7 @@ export class GuestVm {
   private wrapper!: QuickJS;
   private exports!: Exports;
   private readonly zeroPages: ZeroPages | undefined;
-  private entries?: { configure: JSValueHandle; start: JSValueHandle; settle: JSValueHandle };
+  private entries?: EntryPoints;
 
   private constructor(
     private readonly options: VmOptions,
@@ -124,35 +135,59 @@ export class GuestVm {
     w.setProp(w.global, HOST_FUNCTION, host);
     host.dispose();
     const api = w.evalCode(PRELUDE_SOURCE, PRELUDE_FILENAME);
-    const configure = api.getProp("configure");
-    const start = api.getProp("start");
-    const settle = api.getProp("settle");
+    const handles = {} as EntryPoints;
+    const entries = {} as Record<EntryName, number>;
+    for (const name of ENTRY_NAMES) {
+      handles[name] = api.getProp(name);
+      entries[name] = w.exportHandle(handles[name]);
+    }
     api.dispose();
     // Grow the heap past what ordinary executions allocate, then free it: the image keeps the headroom.
     w.evalCode(`void new ArrayBuffer(${IMAGE_HEAP_HEADROOM_BYTES})`).dispose();
+    const image = vm.captureImage({
+      entries,
+      preludeHash: createHash("sha256").update(PRELUDE_SOURCE).digest("hex"),
+      versions: { ...w.versions },
+    });
+    vm.entries = handles;
+    vm.dirty = true;
+    return { vm, image };
+  }
+
+  /**
+   * Captures the VM's current state as an image of its own (after the prelude's `configure`, say), with the same
+   * entry points as the image it was reset to. Call it only between executions' guest code: nothing may be running.
+   */
+  capture(): VmImage {
+    const base = this.image;
+    if (!base || this.broken) throw new Error("capture(): the VM has no image to derive from");
+    this.image = this.captureImage(base);
+    return this.image;
+  }
+
+  private captureImage(from: Pick<VmImage, "entries" | "preludeHash" | "versions">): VmImage {
+    const w = this.wrapper;
+    const ex = this.exports;
     w.runGC();
     // After a collection QuickJS sets its next threshold just above the live heap, so every execution would start
-    // with a full collection of the prelude's objects. Short executions never need one: move it into the headroom.
+    // with a full collection of the image's objects. Short executions never need one: move it into the headroom.
     w.gcThreshold = w.getAllocatedSize() + IMAGE_HEAP_HEADROOM_BYTES / 2;
-    const entries = {
-      configure: w.exportHandle(configure),
-      start: w.exportHandle(start),
-      settle: w.exportHandle(settle),
-    };
-    const memory = new Uint8Array(ex.memory.buffer).slice();
-    const image: VmImage = {
-      memory,
+    const memory = new Uint8Array(ex.memory.buffer);
+    return {
+      byteLength: memory.byteLength,
       segments: segmentsOf(memory),
       stackPointer: ex.__stack_pointer.value as number,
       runtimePtr: ex.qjs_get_runtime_ptr(),
       contextPtr: ex.qjs_get_context_ptr(),
-      entries,
-      preludeHash: createHash("sha256").update(PRELUDE_SOURCE).digest("hex"),
-      versions: { ...w.versions },
+      entries: from.entries,
+      preludeHash: from.preludeHash,
+      versions: from.versions,
     };
-    vm.entries = { configure, start, settle };
-    vm.dirty = true;
-    return { vm, image };
+  }
+
+  /** The image the VM was last reset to or captured; it is in exactly that state when `dirty` is false. */
+  get currentImage(): VmImage | undefined {
+    return this.image;
   }
 
   /** A new VM in the image's state, in a new instance of the shared module. */
@@ -236,7 +271,7 @@ export class GuestVm {
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
     const grownFrom = this.growTo(image);
-    for (const segment of image.segments) this.restore(image, segment, segment.from, segment.to, grownFrom);
+    for (const segment of image.segments) this.restore(segment, segment.from, segment.to, grownFrom);
     this.completeReset(image);
     return true;
   }
@@ -253,7 +288,7 @@ export class GuestVm {
     const grownFrom = this.growTo(image);
     for (const segment of image.segments) {
       for (let offset = segment.from; offset < segment.to; offset += chunkBytes) {
-        this.restore(image, segment, offset, Math.min(segment.to, offset + chunkBytes), grownFrom);
+        this.restore(segment, offset, Math.min(segment.to, offset + chunkBytes), grownFrom);
         yield;
         if (token !== this.resetToken) return true;
       }
@@ -266,14 +301,14 @@ export class GuestVm {
 
   private canReset(image: VmImage): boolean {
     // A VM whose memory grew past the image needs a new instance: the allocator would keep growing otherwise.
-    return !this.broken && this.exports.memory.buffer.byteLength <= image.memory.byteLength;
+    return !this.broken && this.exports.memory.buffer.byteLength <= image.byteLength;
   }
 
   /** Grows a new instance's memory to the image's size; returns where the pages the grow added begin. */
   private growTo(image: VmImage): number {
     const memory = this.exports.memory;
     const size = memory.buffer.byteLength;
-    if (size < image.memory.byteLength) memory.grow(Math.ceil((image.memory.byteLength - size) / 65536));
+    if (size < image.byteLength) memory.grow(Math.ceil((image.byteLength - size) / 65536));
     return size;
   }
 
@@ -282,9 +317,12 @@ export class GuestVm {
    * guard included: skipping them would let a guest that corrupts memory through an engine bug leave data there for
    * a later execution (maybe another tenant's).
    */
-  private restore(image: VmImage, segment: VmImage["segments"][number], from: number, to: number, grownFrom: number) {
+  private restore(segment: ImageSegment, from: number, to: number, grownFrom: number) {
     if (!segment.zero) {
-      new Uint8Array(this.exports.memory.buffer).set(image.memory.subarray(from, to), from);
+      new Uint8Array(this.exports.memory.buffer).set(
+        segment.data.subarray(from - segment.from, to - segment.from),
+        from,
+      );
       return;
     }
     // Pages a grow added are zero already: a VM's first reset need not touch them (that costs page faults).
@@ -299,11 +337,9 @@ export class GuestVm {
     this.exports.qjs_set_runtime_and_context(image.runtimePtr, image.contextPtr);
     this.bindWrapper();
     const w = this.wrapper;
-    this.entries = {
-      configure: w.importHandle(image.entries.configure),
-      start: w.importHandle(image.entries.start),
-      settle: w.importHandle(image.entries.settle),
-    };
+    const entries = {} as EntryPoints;
+    for (const name of ENTRY_NAMES) entries[name] = w.importHandle(image.entries[name]);
+    this.entries = entries;
     this.image = image;
     this.dirty = false;
   }
@@ -313,7 +349,7 @@ export class GuestVm {
     return this.wrapper;
   }
 
-  get entryPoints(): { configure: JSValueHandle; start: JSValueHandle; settle: JSValueHandle } {
+  get entryPoints(): EntryPoints {
     if (!this.entries) throw new Error("the VM has no prelude");
     return this.entries;
   }
@@ -359,11 +395,11 @@ export class GuestVm {
   }
 }
 
-/** Splits memory into runs of 4 KiB pages that are all zero or not, zero runs first. */
-function segmentsOf(memory: Uint8Array): VmImage["segments"] {
+/** Splits memory into runs of 4 KiB pages that are all zero or not, zero runs first; data runs get a copy. */
+function segmentsOf(memory: Uint8Array): ImageSegment[] {
   const page = 4096;
   const words = new BigUint64Array(memory.buffer, memory.byteOffset, memory.byteLength / 8);
-  const segments: VmImage["segments"] = [];
+  const runs: { from: number; to: number; zero: boolean }[] = [];
   for (let from = 0; from < memory.byteLength; from += page) {
     let zero = true;
     for (let i = from / 8; i < (from + page) / 8; i++) {
@@ -372,11 +408,17 @@ function segmentsOf(memory: Uint8Array): VmImage["segments"] {
         break;
       }
     }
-    const last = segments[segments.length - 1];
+    const last = runs[runs.length - 1];
     if (last && last.zero === zero) last.to = from + page;
-    else segments.push({ from, to: from + page, zero });
+    else runs.push({ from, to: from + page, zero });
   }
-  return [...segments.filter((s) => s.zero), ...segments.filter((s) => !s.zero)];
+  const zeros: ImageSegment[] = [];
+  const data: ImageSegment[] = [];
+  for (const { from, to, zero } of runs) {
+    if (zero) zeros.push({ from, to, zero });
+    else data.push({ from, to, zero, data: memory.slice(from, to) });
+  }
+  return [...zeros, ...data];
 }
 
 /** The interrupt poll between promise jobs fired. */
