@@ -184,4 +184,48 @@ describe("the memory-image reset", () => {
     vm.dispose();
     fresh.dispose();
   });
+
+  it("answers many calls in one execution without growing the VM's memory", async () => {
+    let done: ((result: RunResult) => void) | undefined;
+    const runner = new VmRunner({
+      module: loadQuickJSWasm(),
+      maxStackSize: 256 * 1024,
+      maxVms: 1,
+      emit: (event) => {
+        if (event.type === "call") {
+          const { exec, id, args } = event;
+          queueMicrotask(() =>
+            runner.handle({ type: "settle", exec, id, outcome: { ok: true, value: args }, seq: null, now: null }),
+          );
+        }
+        if (event.type === "done") done?.(event.result);
+      },
+    });
+    await runner.init();
+    const vm = (runner as unknown as RunnerInternals).idle.at(-1) as GuestVm;
+    const before = vm.memoryBytes();
+    const result = await new Promise<RunResult>((resolve) => {
+      done = resolve;
+      runner.handle({
+        type: "run",
+        request: {
+          exec: 1,
+          slot: 0,
+          code: "let n = 0; for (let i = 0; i < 150000; i++) n += await tools.echo(1); return n;",
+          tools: [{ name: "echo", id: "echo", description: "" }],
+          globals: [],
+          store: {},
+          memoryLimitBytes: 64 * 1024 * 1024,
+          deadline: null,
+          cpuLimitMs: null,
+          deterministic: null,
+          program: null,
+        },
+      });
+    });
+    expect(result.ok && result.value).toBe("150000");
+    // Each call's values are freed: a leak of even a few bytes per call would have grown the memory by megabytes.
+    expect(vm.memoryBytes()).toBe(before);
+    runner.close();
+  });
 });

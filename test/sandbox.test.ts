@@ -43,6 +43,12 @@ const tools: CodemodeTool[] = [
   },
   { name: "date", execute: () => ({ when: new Date(0), gone: undefined, keep: null }) },
   { name: "bigint", execute: () => 1n },
+  {
+    name: "throwMessage",
+    execute: async (args) => {
+      throw new Error((args as { message: string }).message);
+    },
+  },
 ];
 const globals: CodemodeTool[] = [
   { name: "classify", execute: async (args) => `class of ${JSON.stringify(args)}` },
@@ -85,6 +91,19 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(result.calls).toHaveLength(1);
       expect(result.calls[0]).toMatchObject({ name: "echo", status: "ok" });
       expect(result.calls[0]?.durationMs).toBeGreaterThanOrEqual(0);
+    });
+
+    it("carries lone surrogates, NUL and non-ASCII text exactly, in output, arguments, results and errors", async () => {
+      const text = "a\ud800b\u0000c\udfff\u00e9\u{1f600}";
+      const result = await run(
+        `const s = ${JSON.stringify(text)};
+         text(s);
+         let message;
+         try { await tools.throwMessage({ message: s }); } catch (e) { message = e.message; }
+         return [message === s, (await tools.echo(s)) === s, s];`,
+      );
+      expect(result.ok && result.value).toEqual([true, true, text]);
+      expect(result.output).toEqual([{ type: "text", text }]);
     });
 
     it("round-trips tool results through JSON", async () => {

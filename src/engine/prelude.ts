@@ -17,6 +17,11 @@ export const HOST_FUNCTION = "__airlock_host";
 export const Op = {
   /** (target: 0 tool | 1 global, name, argsJson | undefined) -> call id, or an error message string */
   call: 1,
+  /**
+   * (slot, argsJson | undefined) -> call id, or an error message string: a call of configured tool `slot >> 1`
+   * (slot even) or global `slot >> 1` (slot odd), by position in the configuration, so no name crosses per call.
+   */
+  callSlot: 4,
   /** (kind: 0 text | 1 console | 2 image, text or base64, mimeType) -> undefined, or an error message string */
   output: 2,
   /** (ok, payloadJson | undefined, writesJson | undefined): the script ended */
@@ -36,7 +41,7 @@ export const PRELUDE_SOURCE = `(function () {
   "use strict";
   const host = globalThis.${HOST_FUNCTION};
   delete globalThis.${HOST_FUNCTION};
-  const OP_CALL = ${Op.call}, OP_OUTPUT = ${Op.output}, OP_DONE = ${Op.done};
+  const OP_CALL = ${Op.call}, OP_CALL_SLOT = ${Op.callSlot}, OP_OUTPUT = ${Op.output}, OP_DONE = ${Op.done};
   const MAX_OUTPUT_CHARS = ${MAX_OUTPUT_CHARS}, MAX_OUTPUT_ITEMS = ${MAX_OUTPUT_ITEMS};
   const MAX_STORE_VALUE_CHARS = ${MAX_STORE_VALUE_CHARS}, MAX_STORE_TOTAL_CHARS = ${MAX_STORE_TOTAL_CHARS};
   const MAX_VALUE_CHARS = ${MAX_VALUE_CHARS};
@@ -55,11 +60,12 @@ export const PRELUDE_SOURCE = `(function () {
   const mathFloor = Math.floor, mathMin = Math.min;
 
   // ---- serialization ----
+  function tooLong(what, length) {
+    return new RangeErrorCtor(what + " is " + length + " characters of JSON, more than the limit of " + MAX_VALUE_CHARS);
+  }
   function toJson(value, what) {
     const json = stringify(value);
-    if (json !== undefined && json.length > MAX_VALUE_CHARS) {
-      throw new RangeErrorCtor(what + " is " + json.length + " characters of JSON, more than the limit of " + MAX_VALUE_CHARS);
-    }
+    if (json !== undefined && json.length > MAX_VALUE_CHARS) throw tooLong(what, json.length);
     return json;
   }
   function safeString(value) {
@@ -103,6 +109,8 @@ export const PRELUDE_SOURCE = `(function () {
   }
 
   // ---- per-execution state (reset with the whole memory image after every execution) ----
+  // Calls waiting for their outcome: id -> [resolve, reject]. Its Map methods are called directly: every intrinsic
+  // is frozen before any script runs, and no script can reach this map.
   const pending = new MapCtor();
   let finished = false;
   let storeValues = new MapCtor();
@@ -135,22 +143,32 @@ export const PRELUDE_SOURCE = `(function () {
   }
 
   // ---- calls ----
-  function call(target, name, args) {
+  // slot: a configured tool's or global's position (see OP_CALL_SLOT), or -1 for a call by name (programs).
+  function call(slot, name, args) {
     if (finished) return new PromiseCtor(() => {});
     let json, id;
     try {
-      json = toJson(args, "the argument of " + name + "()");
+      json = stringify(args);
+      if (json !== undefined && json.length > MAX_VALUE_CHARS) throw tooLong("the argument of " + name + "()", json.length);
     } catch (error) {
       return apply(promiseThen, PromiseCtor.resolve(), [() => { throw error; }]);
     }
-    id = host(OP_CALL, target, name, json);
+    id = slot < 0 ? host(OP_CALL, 0, name, json) : host(OP_CALL_SLOT, slot, json);
     if (typeof id === "string") return apply(promiseThen, PromiseCtor.resolve(), [() => { throw new RangeErrorCtor(id); }]);
-    return new PromiseCtor((resolve, reject) => apply(mapSet, pending, [id, [resolve, reject]]));
+    const promise = new PromiseCtor(captureSettlers);
+    pending.set(id, [capturedResolve, capturedReject]);
+    return promise;
+  }
+  // One executor for every call's promise (no closure per call): it hands its resolve and reject to call().
+  let capturedResolve, capturedReject;
+  function captureSettlers(resolve, reject) {
+    capturedResolve = resolve;
+    capturedReject = reject;
   }
   function settle(id, ok, payload, properties) {
-    const entry = apply(mapGet, pending, [id]);
+    const entry = pending.get(id);
     if (entry === undefined) return;
-    apply(mapDelete, pending, [id]);
+    pending.delete(id);
     if (ok) {
       entry[0](payload === undefined ? undefined : parse(payload));
       return;
@@ -344,7 +362,7 @@ export const PRELUDE_SOURCE = `(function () {
   // A program (as opposed to a script) sees standard JavaScript and its tools argument, nothing else.
   function callTool(toolId, input) {
     if (typeof toolId !== "string") throw new TypeErrorCtor("tools.call(toolId, input): toolId must be a string");
-    return call(0, toolId, input);
+    return call(-1, toolId, input);
   }
   const programTools = freeze({ call: freeze(callTool) });
 
@@ -383,24 +401,13 @@ export const PRELUDE_SOURCE = `(function () {
       delete globalThis.WeakRef;
       delete globalThis.FinalizationRegistry;
     }
-    const table = O.create(null);
     const identifiers = [];
     const list = [];
-    for (let i = 0; i < config.tools.length; i++) {
-      const tool = config.tools[i];
-      const fn = freeze({ [tool.id]: function (args) { return call(0, tool.name, args); } }[tool.id]);
-      table[tool.id] = fn;
-      if (tool.name !== tool.id) table[tool.name] = fn;
-      apply(arrayPush, identifiers, [tool.id]);
-      apply(arrayPush, list, [freeze({ name: tool.id, description: tool.description })]);
-    }
-    freeze(table);
-    const tools = new Proxy(table, {
-      get(target, key) {
-        if (typeof key !== "string") return undefined;
-        const fn = target[key];
-        if (fn !== undefined) return fn;
-        if (key === "then" || key === "toJSON") return undefined;
+    // Tools are own properties, found without a trap; a name that is not one reaches the Proxy behind them, which
+    // explains the mistake.
+    const missing = new Proxy(O.create(null), {
+      get(_target, key) {
+        if (typeof key !== "string" || key === "then" || key === "toJSON") return undefined;
         const hint = closest(key, identifiers);
         throw new TypeErrorCtor("tools." + key + " does not exist." + (hint ? " Did you mean tools." + hint + "?" : "") +
           " Available: " + (identifiers.length ? apply(arrayJoin, identifiers, [", "]) : "none") + ". ALL_TOOLS lists every tool.");
@@ -409,16 +416,27 @@ export const PRELUDE_SOURCE = `(function () {
       defineProperty() { return false; },
       deleteProperty() { return false; },
     });
-    fixed("tools", tools);
+    const tools = O.create(missing);
+    for (let i = 0; i < config.tools.length; i++) {
+      const tool = config.tools[i];
+      const slot = i * 2;
+      const fn = freeze({ [tool.id]: function (args) { return call(slot, tool.name, args); } }[tool.id]);
+      defineProperty(tools, tool.id, { value: fn, enumerable: true });
+      if (tool.name !== tool.id) defineProperty(tools, tool.name, { value: fn, enumerable: true });
+      apply(arrayPush, identifiers, [tool.id]);
+      apply(arrayPush, list, [freeze({ name: tool.id, description: tool.description })]);
+    }
+    fixed("tools", freeze(tools));
     fixed("ALL_TOOLS", freeze(list));
 
     const namespaces = O.create(null);
     for (let i = 0; i < config.globals.length; i++) {
       const global = config.globals[i];
       const name = global.name;
+      const slot = i * 2 + 1;
       const fn = global.spread
-        ? function () { const args = []; for (let j = 0; j < arguments.length; j++) apply(arrayPush, args, [arguments[j]]); return call(1, name, args); }
-        : function (args) { return call(1, name, args); };
+        ? function () { const args = []; for (let j = 0; j < arguments.length; j++) apply(arrayPush, args, [arguments[j]]); return call(slot, name, args); }
+        : function (args) { return call(slot, name, args); };
       freeze(fn);
       const dot = apply(stringIndexOf, name, ["."]);
       if (dot === -1) fixed(name, fn);

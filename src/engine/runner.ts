@@ -20,6 +20,7 @@ import {
   type StopReason,
   type VmEvent,
 } from "./protocol.ts";
+import type { HostArgs, Primitive } from "./values.ts";
 import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
 
 /** VMs booted besides the first, so that executions in a row need not wait for a reset. */
@@ -327,17 +328,12 @@ export class VmRunner {
       const qjs = vm.qjs;
       const entries = vm.entryPoints;
       if (image === this.image) {
-        const configHandle = qjs.newString(config);
-        qjs.callFunction(entries.configure, qjs.undefined, configHandle).dispose();
-        configHandle.dispose();
+        vm.callEntry("configure", config);
         this.noteConfigured(run);
       }
       const seed = request.deterministic ? seedWords(request.deterministic.seed) : randomWords();
-      const prepareArgs = seed.map((word) => qjs.newNumber(word));
-      const hasStore = Object.keys(request.store).length > 0;
-      prepareArgs.push(hasStore ? qjs.newString(JSON.stringify(request.store)) : qjs.undefined);
-      qjs.callFunction(entries.prepare, qjs.undefined, ...prepareArgs).dispose();
-      for (const handle of prepareArgs) handle.dispose();
+      const store = Object.keys(request.store).length > 0 ? JSON.stringify(request.store) : undefined;
+      vm.callEntry("prepare", seed[0], seed[1], seed[2], seed[3], store);
       let fn: JSValueHandle;
       try {
         // The wrapper shares line 1 with the script, so line numbers in stacks are exact.
@@ -386,25 +382,8 @@ export class VmRunner {
 
   private applyOutcome(run: ActiveRun, id: number, outcome: CallOutcome): void {
     if (!run.pending.delete(id)) return;
-    const qjs = run.vm.qjs;
-    const settle = run.vm.entryPoints.settle;
-    const idHandle = qjs.newNumber(id);
-    const payload = outcome.ok
-      ? outcome.value === undefined
-        ? qjs.undefined
-        : qjs.newString(outcome.value)
-      : qjs.newString(outcome.message);
-    const properties =
-      !outcome.ok && outcome.properties !== undefined ? qjs.newString(outcome.properties) : qjs.undefined;
-    try {
-      qjs
-        .callFunction(settle, qjs.undefined, idHandle, outcome.ok ? qjs.true : qjs.false, payload, properties)
-        .dispose();
-    } finally {
-      idHandle.dispose();
-      payload.dispose();
-      properties.dispose();
-    }
+    if (outcome.ok) run.vm.callEntry("settle", id, true, outcome.value, undefined);
+    else run.vm.callEntry("settle", id, false, outcome.message, outcome.properties);
   }
 
   private stop(exec: number, reason: StopReason): void {
@@ -510,25 +489,36 @@ export class VmRunner {
     return false;
   }
 
-  private onHostCall(run: ActiveRun, args: JSValueHandle[]): JSValueHandle | undefined {
-    const qjs = run.vm.qjs;
-    const op = args[0]?.toNumber();
-    if (op === Op.call) {
-      const target = args[1]?.toNumber() === 1 ? "global" : "tool";
-      const name = args[2]?.toString() ?? "";
-      const json = args[3] === undefined || args[3].isUndefined ? undefined : args[3].toString();
+  private onHostCall(run: ActiveRun, args: HostArgs): Primitive {
+    const op = args.number(0);
+    if (op === Op.call || op === Op.callSlot) {
+      let target: "tool" | "global";
+      let name: string;
+      let json: string | undefined;
+      if (op === Op.callSlot) {
+        const slot = args.number(1);
+        target = slot % 2 === 1 ? "global" : "tool";
+        const entry = target === "tool" ? run.request.tools[slot >> 1] : run.request.globals[slot >> 1];
+        if (!entry) return "the call names no configured tool";
+        name = entry.name;
+        json = args.string(2);
+      } else {
+        target = args.number(1) === 1 ? "global" : "tool";
+        name = args.string(2) ?? "";
+        json = args.string(3);
+      }
       if (json !== undefined && json.length > MAX_VALUE_CHARS) {
-        return qjs.newString(`the argument of ${name}() is more than ${MAX_VALUE_CHARS} characters of JSON`);
+        return `the argument of ${name}() is more than ${MAX_VALUE_CHARS} characters of JSON`;
       }
       const id = ++run.nextCallId;
       run.pending.add(id);
       if (run.during) run.during = { seq: run.during.seq, issued: run.nextCallId };
       this.options.emit({ type: "call", exec: run.request.exec, id, target, name, args: json });
-      return qjs.newNumber(id);
+      return id;
     }
     if (op === Op.output) {
-      const kind = args[1]?.toNumber();
-      const data = args[2]?.toString() ?? "";
+      const kind = args.number(1);
+      const data = args.string(2) ?? "";
       run.outputChars += data.length;
       run.outputItems += 1;
       if (run.outputChars > MAX_OUTPUT_CHARS || run.outputItems > MAX_OUTPUT_ITEMS) {
@@ -537,11 +527,11 @@ export class VmRunner {
             ? `output exceeded ${MAX_OUTPUT_ITEMS} items`
             : `output exceeded ${MAX_OUTPUT_CHARS} characters`;
         run.fatal ??= { kind: "script", name: "RangeError", message, stack: `RangeError: ${message}` };
-        return qjs.newString(message);
+        return message;
       }
       const item =
         kind === 2
-          ? { type: "image" as const, data, mimeType: args[3]?.toString() ?? "" }
+          ? { type: "image" as const, data, mimeType: args.string(3) ?? "" }
           : kind === 1
             ? { type: "text" as const, text: data, console: true as const }
             : { type: "text" as const, text: data };
@@ -550,10 +540,7 @@ export class VmRunner {
     }
     if (op === Op.done) {
       if (run.result) return undefined;
-      const ok = args[1]?.toBoolean() ?? false;
-      const payload = args[2] === undefined || args[2].isUndefined ? undefined : args[2].toString();
-      const writes = args[3] === undefined || args[3].isUndefined ? undefined : args[3].toString();
-      run.result = { ok, payload, writes };
+      run.result = { ok: args.boolean(1), payload: args.string(2), writes: args.string(3) };
       return undefined;
     }
     return undefined;

@@ -14,13 +14,14 @@
  * 5. host-side async work checks `generation` before touching the VM.
  */
 import { createHash } from "node:crypto";
-import { Intrinsics, JSException, type JSValueHandle, QuickJS } from "quickjs-wasi";
+import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
+import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
 import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
 
-/** The exports of the quickjs-wasi module that the reset and the job loop use directly. */
-interface Exports {
+/** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
+interface Exports extends ValueExports {
   memory: WebAssembly.Memory;
   __stack_pointer: WebAssembly.Global;
   _initialize(): void;
@@ -38,6 +39,8 @@ interface Exports {
 /** quickjs-wasi's private members this module relies on (pinned version). */
 interface WrapperInternals {
   exports: Exports;
+  handleHostCall(namePtr: number, nameLen: number, thisPtr: number, argc: number, argvPtr: number): number;
+  throwHostException(error: unknown): number;
   setInstance(instance: WebAssembly.Instance): void;
   throwPendingException(): never;
 }
@@ -90,7 +93,11 @@ export type ImageSegment =
   | { from: number; to: number; zero: true }
   | { from: number; to: number; zero: false; data: Uint8Array };
 
-export type HostCallback = (args: JSValueHandle[]) => JSValueHandle | undefined;
+/** The single host function: reads its arguments and returns a primitive for the guest. */
+export type HostCallback = (args: HostArgs) => Primitive;
+
+/** UTF-8 length of HOST_FUNCTION, which names every call of it. */
+const HOST_FUNCTION_BYTES = Buffer.byteLength(HOST_FUNCTION);
 
 export interface VmOptions {
   module: WebAssembly.Module;
@@ -112,6 +119,7 @@ export class GuestVm {
   private wrapper!: QuickJS;
   private exports!: Exports;
   private readonly zeroPages: ZeroPages | undefined;
+  private readonly values: GuestValues;
   private entries?: EntryPoints;
 
   private constructor(
@@ -120,6 +128,10 @@ export class GuestVm {
   ) {
     this.exports = instance.exports as unknown as Exports;
     this.zeroPages = zeroPagesFor(this.exports.memory);
+    this.values = new GuestValues(this.exports, {
+      read: (box) => new JSValueHandle(this.wrapper, box, false, true).toString(),
+      write: (value) => this.wrapper.newString(value).ptr,
+    });
   }
 
   /** Creates a VM, runs the prelude and captures the post-prelude image. */
@@ -130,8 +142,8 @@ export class GuestVm {
     if (ex.qjs_init2(Intrinsics.ALL) !== 0) throw new Error("QuickJS failed to initialize its runtime");
     vm.bindWrapper();
     const w = vm.wrapper;
-    w.unregisterHostCallback(HOST_FUNCTION);
-    const host = w.newFunction(HOST_FUNCTION, (...args) => vm.onHostCall(args));
+    // Calls of this function arrive through the instance's import (onRawHostCall), not through the wrapper.
+    const host = w.newFunction(HOST_FUNCTION, () => w.undefined);
     w.setProp(w.global, HOST_FUNCTION, host);
     host.dispose();
     const api = w.evalCode(PRELUDE_SOURCE, PRELUDE_FILENAME);
@@ -203,7 +215,8 @@ export class GuestVm {
     // quickjs-wasi's imports call back into the wrapper object they were created with. The instance outlives many
     // wrappers, so they are given this forwarder, which always reaches the current one.
     const forward = {
-      handleHostCall: (...a: number[]) => call(vm?.wrapper, "handleHostCall", a),
+      handleHostCall: (namePtr: number, nameLen: number, thisPtr: number, argc: number, argvPtr: number) =>
+        vm ? vm.onRawHostCall(namePtr, nameLen, thisPtr, argc, argvPtr) : 0,
       readCString: (ptr: number) => call(vm?.wrapper, "readCString", [ptr]),
       writeString: (s: string) => call(vm?.wrapper, "writeString", [s]),
       throwHostException: (e: unknown) => call(vm?.wrapper, "throwHostException", [e]),
@@ -254,15 +267,32 @@ export class GuestVm {
       interruptHandler: () => this.interrupt(),
       timezoneOffset: 0,
     });
-    w.registerHostCallback(HOST_FUNCTION, (...args) => this.onHostCall(args));
     this.wrapper = w;
     this.generation++;
     // A disposed wrapper drops its exports: stale handles of the previous execution then do nothing.
     previous?.dispose();
   }
 
-  private onHostCall(args: JSValueHandle[]): JSValueHandle {
-    return this.hostCallback(args) ?? this.wrapper.undefined;
+  /**
+   * A call of a host function from the guest. The prelude's is answered here directly: its arguments are read from
+   * their boxes and the answer is returned as a new box, which QuickJS's trampoline frees (as it frees the
+   * arguments). Any other name goes to quickjs-wasi's own dispatch.
+   */
+  private onRawHostCall(namePtr: number, nameLen: number, thisPtr: number, argc: number, argvPtr: number): number {
+    const internals = this.wrapper as unknown as WrapperInternals;
+    if (nameLen !== HOST_FUNCTION_BYTES) return internals.handleHostCall(namePtr, nameLen, thisPtr, argc, argvPtr);
+    try {
+      return this.values.box(this.hostCallback(this.values.hostArgs(argc, argvPtr)));
+    } catch (error) {
+      return internals.throwHostException(error);
+    }
+  }
+
+  /** Calls one of the prelude's entry points with primitive arguments; a guest exception throws a JSException. */
+  callEntry(name: EntryName, ...args: Primitive[]): void {
+    const result = this.values.call(this.entryPoints[name].ptr, args);
+    if (result === 0) (this.wrapper as unknown as WrapperInternals).throwPendingException();
+    this.values.free(result);
   }
 
   /** Puts the VM in its post-prelude state. Returns false when the caller must make a new VM from the image. */
