@@ -114,6 +114,21 @@ export class VmRunner {
     return this.image.versions;
   }
 
+  /**
+   * True when every execution here waits on tool calls and nothing else needs the thread (no queued request, no
+   * reset in progress): a worker may then block until the host answers.
+   */
+  get onlyWaitingOnCalls(): boolean {
+    return (
+      this.runs.size > 0 &&
+      this.waiting.length === 0 &&
+      this.recycling.size === 0 &&
+      this.deferred.length === 0 &&
+      !this.busy &&
+      !this.closed
+    );
+  }
+
   /** Executions that are running or waiting for a VM. */
   get active(): number {
     return this.runs.size + this.waiting.length;

@@ -15,6 +15,7 @@ import {
   sandboxFailure,
   type VmEvent,
 } from "../engine/protocol.ts";
+import { createLaneBuffer, HostLane } from "./lane.ts";
 import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "./launcher.ts";
 import type { WorkerData } from "./worker.ts";
 
@@ -41,6 +42,8 @@ interface PoolRunEntry extends RunEntry {
 class PoolWorker {
   readonly worker: Worker;
   readonly flags = new Int32Array(new SharedArrayBuffer(SLOTS_PER_WORKER * 4));
+  private readonly laneBuffer = createLaneBuffer();
+  private readonly lane = new HostLane(this.laneBuffer);
   readonly runs = new Map<number, PoolRunEntry>();
   private readonly freeSlots: number[] = [];
   readonly ready: Promise<void>;
@@ -55,6 +58,7 @@ class PoolWorker {
     const data: WorkerData = {
       module: options.module,
       stopFlags: this.flags,
+      lane: this.laneBuffer,
       maxStackSize: WORKER_MAX_STACK_SIZE,
       maxVms: options.maxVmsPerWorker,
     };
@@ -106,7 +110,12 @@ class PoolWorker {
   private flush(): void {
     const commands = this.outbox;
     this.outbox = [];
-    if (!this.dead) this.worker.postMessage(commands);
+    if (this.dead) return;
+    // Call results for a worker that waits on them go through the lane; everything else is posted.
+    if (commands.every((c) => c.type === "settle") && this.lane.handOff(JSON.stringify(commands))) return;
+    this.lane.willPost();
+    this.worker.postMessage(commands);
+    this.lane.posted();
   }
 
   private onMessage(message: unknown): void {

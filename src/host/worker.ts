@@ -6,13 +6,19 @@ import { isMainThread, parentPort, workerData } from "node:worker_threads";
 import type { HostCommand, VmEvent } from "../engine/protocol.ts";
 import { PROTOCOL_VERSION } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
+import { WorkerLane } from "./lane.ts";
 
 export interface WorkerData {
   module: WebAssembly.Module;
   stopFlags: Int32Array;
+  /** See lane.ts. */
+  lane: SharedArrayBuffer;
   maxStackSize: number;
   maxVms: number;
 }
+
+/** How long a worker whose runs all wait on tools blocks on the lane before it goes back to its event loop. */
+const LANE_WAIT_MS = 5;
 
 if (!isMainThread && parentPort) {
   const port = parentPort;
@@ -21,10 +27,12 @@ if (!isMainThread && parentPort) {
   process.stdout.write = () => true;
   process.stderr.write = () => true;
   const data = workerData as WorkerData;
+  const lane = new WorkerLane(data.lane);
   // Events leave in batches: everything one turn of the VM produced (calls started together, a loop of text()) is one
   // message, sent once the current command has been handled.
   let outbox: VmEvent[] = [];
   const flush = () => {
+    if (outbox.length === 0) return;
     const events = outbox;
     outbox = [];
     port.postMessage(events);
@@ -41,8 +49,16 @@ if (!isMainThread && parentPort) {
   });
   const handleAll = (commands: HostCommand[]) => {
     for (const command of commands) runner.handle(command);
+    // While every run waits on tools and nothing else needs this thread, the answers come through the lane.
+    while (runner.onlyWaitingOnCalls) {
+      flush();
+      const json = lane.wait(LANE_WAIT_MS);
+      if (json === undefined) return;
+      for (const command of JSON.parse(json) as HostCommand[]) runner.handle(command);
+    }
   };
   port.on("message", (commands: HostCommand[]) => {
+    lane.received++;
     if (isReady) handleAll(commands);
     else ready.then(() => handleAll(commands));
   });

@@ -1,0 +1,85 @@
+/** The worker pool's lane: call results handed to a worker that waits on shared memory instead of posted to it. */
+import { Worker } from "node:worker_threads";
+import { afterEach, describe, expect, it } from "vitest";
+import { createLaneBuffer, HostLane } from "../dist/host/lane.js";
+
+let worker: Worker | undefined;
+afterEach(async () => {
+  await worker?.terminate();
+});
+
+function start() {
+  const buffer = createLaneBuffer();
+  const host = new HostLane(buffer);
+  worker = new Worker(new URL("./fixtures/lane-worker.mjs", import.meta.url), { workerData: buffer });
+  const replies: { ready?: boolean; json?: string; ms?: number }[] = [];
+  const waiters: (() => void)[] = [];
+  worker.on("message", (reply) => {
+    replies.push(reply);
+    for (const wake of waiters.splice(0)) wake();
+  });
+  const next = async () => {
+    while (replies.length === 0) await new Promise<void>((resolve) => waiters.push(resolve));
+    return replies.shift() as { ready?: boolean; json?: string; ms?: number };
+  };
+  /** Asks the worker to wait once; resolves when it is about to. */
+  const askToWait = async (timeoutMs: number) => {
+    host.willPost();
+    worker?.postMessage({ timeoutMs });
+    host.posted();
+    expect((await next()).ready).toBe(true);
+  };
+  /** Hands `json` over as soon as the worker waits (it may still be on its way into the wait). */
+  const handOffSoon = async (json: string) => {
+    for (let i = 0; i < 2000; i++) {
+      if (host.handOff(json)) return true;
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    return false;
+  };
+  return { host, next, askToWait, handOffSoon };
+}
+
+describe("the lane", () => {
+  it("hands a batch to a waiting worker, and refuses when nobody waits", async () => {
+    const { host, next, askToWait, handOffSoon } = start();
+    expect(host.handOff('[{"type":"settle"}]')).toBe(false);
+    await askToWait(10_000);
+    const batch = JSON.stringify([{ type: "settle", exec: 1, id: 2, outcome: { ok: true, value: '"h\u00e9"' } }]);
+    expect(await handOffSoon(batch)).toBe(true);
+    const reply = await next();
+    expect(reply.json).toBe(batch);
+    // The lane is free again, and the worker no longer waits.
+    expect(host.handOff(batch)).toBe(false);
+  });
+
+  it("gives up after its timeout, and a batch that does not fit is never handed over", async () => {
+    const { host, next, askToWait } = start();
+    await askToWait(200);
+    expect(host.handOff("x".repeat(70 * 1024))).toBe(false);
+    const reply = await next();
+    expect(reply.json).toBeUndefined();
+    expect(reply.ms).toBeGreaterThanOrEqual(150);
+  });
+
+  it("wakes a waiting worker at once when a message is posted", async () => {
+    const { host, next, askToWait } = start();
+    await askToWait(20_000);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    host.willPost();
+    host.posted();
+    const reply = await next();
+    expect(reply.json).toBeUndefined();
+    expect(reply.ms).toBeLessThan(5_000);
+  });
+
+  it("does not wait while a posted message is still on its way", async () => {
+    const { host, next, askToWait } = start();
+    // Counted as posted but not yet received: the worker must return to its event loop instead of waiting.
+    host.willPost();
+    await askToWait(20_000);
+    const reply = await next();
+    expect(reply.json).toBeUndefined();
+    expect(reply.ms).toBeLessThan(1_000);
+  });
+});
