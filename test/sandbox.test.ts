@@ -394,21 +394,27 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
   });
 
   describe("errors", () => {
+    // Each case runs several times: a runner keeps the bytecode of scripts it has seen before, and stacks, lines and
+    // compile errors must not change with it.
     it("points stacks at exact lines of codemode.js", async () => {
-      const result = await run("const a = 1;\nfunction f() {\n  throw new TypeError('bad');\n}\nf();");
-      expect(result.ok).toBe(false);
-      if (result.ok) return;
-      expect(result.error).toMatchObject({ kind: "script", name: "TypeError", message: "bad" });
-      expect(result.error.stack).toMatch(/^TypeError: bad\n/);
-      expect(result.error.stack).toContain("at f (codemode.js:3:");
-      expect(result.error.stack).toContain("codemode.js:5:");
-      expect(result.error.stack).not.toContain("airlock:prelude");
+      for (let i = 0; i < 4; i++) {
+        const result = await run("const a = 1;\nfunction f() {\n  throw new TypeError('bad');\n}\nf();");
+        expect(result.ok).toBe(false);
+        if (result.ok) return;
+        expect(result.error).toMatchObject({ kind: "script", name: "TypeError", message: "bad" });
+        expect(result.error.stack).toMatch(/^TypeError: bad\n/);
+        expect(result.error.stack).toContain("at f (codemode.js:3:");
+        expect(result.error.stack).toContain("codemode.js:5:");
+        expect(result.error.stack).not.toContain("airlock:prelude");
+      }
     });
 
     it("reports syntax errors as script errors with the line", async () => {
-      const result = await run("const ok = 1;\nlet = ;");
-      expect(!result.ok && result.error).toMatchObject({ kind: "script", name: "SyntaxError" });
-      expect(!result.ok && result.error.stack).toContain("codemode.js:2");
+      for (let i = 0; i < 4; i++) {
+        const result = await run("const ok = 1;\nlet = ;");
+        expect(!result.ok && result.error).toMatchObject({ kind: "script", name: "SyntaxError" });
+        expect(!result.ok && result.error.stack).toContain("codemode.js:2");
+      }
     });
 
     it("reports thrown non-errors by their text", async () => {

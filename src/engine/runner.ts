@@ -20,6 +20,7 @@ import {
   type StopReason,
   type VmEvent,
 } from "./protocol.ts";
+import { ScriptCache } from "./script-cache.ts";
 import type { HostArgs, Primitive } from "./values.ts";
 import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
 
@@ -83,6 +84,7 @@ export class VmRunner {
   /** Images captured after `configure`, by configuration, least recently used first. */
   private readonly configured = new Map<string, VmImage>();
   private readonly configUses = new Map<string, number>();
+  private readonly scripts = new ScriptCache(SCRIPT_FILENAME);
   private readonly idle: GuestVm[] = [];
   /** VMs whose execution ended and whose reset is scheduled; taken (and reset at once) when no idle VM is left. */
   private readonly recycling = new Map<GuestVm, Generator<void, boolean>>();
@@ -352,11 +354,11 @@ export class VmRunner {
       let fn: JSValueHandle;
       try {
         // The wrapper shares line 1 with the script, so line numbers in stacks are exact.
-        fn = qjs.evalCode(
+        fn = this.scripts.evaluate(
+          qjs,
           request.program
             ? `(async function (input, tools) { return await (${request.code}\n)(input, tools); })`
             : `(async function () {${request.code}\n})`,
-          SCRIPT_FILENAME,
         );
       } catch (error) {
         if (error instanceof JSException && !vm.isUncatchable(error)) {
