@@ -20,6 +20,7 @@ import {
   type StopReason,
   type VmEvent,
 } from "./protocol.ts";
+import { RepeatCache } from "./repeat-cache.ts";
 import { ScriptCache } from "./script-cache.ts";
 import type { HostArgs, Primitive } from "./values.ts";
 import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
@@ -28,15 +29,6 @@ import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from 
 const SPARE_VMS = 1;
 /** Bytes of the image copied per step of a gradual reset (about 20-30 us each). */
 const RESET_CHUNK_BYTES = 256 * 1024;
-/**
- * Configured images a runner keeps (each a copy of a VM's memory, about 2.5 MiB). Executions with the same tools,
- * globals and mode start from a VM already past `configure`, which otherwise costs tens of microseconds per tool.
- */
-const MAX_CONFIGURED_IMAGES = 4;
-/** A configuration is captured the second time it is used, so that one-off configurations never pay for a capture. */
-const USES_BEFORE_CAPTURE = 2;
-/** Configurations seen once that the runner remembers; past it the counts start over. */
-const MAX_COUNTED_CONFIGS = 256;
 
 export interface RunnerOptions extends VmOptions {
   /** Receives every event, synchronously; it must not call back into the runner before returning. */
@@ -81,9 +73,12 @@ interface ActiveRun {
 export class VmRunner {
   /** The post-prelude image every VM is made from. */
   private image!: VmImage;
-  /** Images captured after `configure`, by configuration, least recently used first. */
-  private readonly configured = new Map<string, VmImage>();
-  private readonly configUses = new Map<string, number>();
+  /**
+   * Images captured after `configure`, by configuration (each keeps a VM's data pages, about 0.5 MiB): executions
+   * with the same tools, globals and mode start from a VM already past `configure`, which otherwise costs tens of
+   * microseconds per tool.
+   */
+  private readonly configured = new RepeatCache<VmImage>({ entries: 4, counted: 256 });
   private readonly scripts = new ScriptCache(SCRIPT_FILENAME);
   private readonly idle: GuestVm[] = [];
   /** VMs whose execution ended and whose reset is scheduled; taken (and reset at once) when no idle VM is left. */
@@ -188,30 +183,16 @@ export class VmRunner {
 
   /** The image a configuration starts from: its own once captured, the post-prelude one until then. */
   private imageFor(config: string): VmImage {
-    const image = this.configured.get(config);
-    if (!image) return this.image;
-    // Least recently used first: move it to the end.
-    this.configured.delete(config);
-    this.configured.set(config, image);
-    return image;
+    return this.configured.get(config) ?? this.image;
   }
 
-  /** Counts a use of a configuration on the post-prelude image; the second one captures its configured image. */
+  /** A run configured on the post-prelude image: the second use of its configuration captures its own image. */
   private noteConfigured(run: ActiveRun): void {
-    const uses = (this.configUses.get(run.config) ?? 0) + 1;
-    if (uses < USES_BEFORE_CAPTURE) {
-      if (this.configUses.size >= MAX_COUNTED_CONFIGS) this.configUses.clear();
-      this.configUses.set(run.config, uses);
-      return;
-    }
-    this.configUses.delete(run.config);
+    if (!this.configured.repeats(run.config)) return;
     // A configuration that grew the memory stays uncaptured: VMs of both images could not be reset to each other.
     if (run.vm.memoryBytes() !== this.image.byteLength) return;
     run.image = run.vm.capture();
     this.configured.set(run.config, run.image);
-    if (this.configured.size > MAX_CONFIGURED_IMAGES) {
-      this.configured.delete(this.configured.keys().next().value as string);
-    }
   }
 
   /** An idle VM reset to `image`, preferring one in that state already and the most recently used. */
