@@ -1,7 +1,7 @@
 /** The worker pool's lane: call results handed to a worker that waits on shared memory instead of posted to it. */
 import { Worker } from "node:worker_threads";
 import { afterEach, describe, expect, it } from "vitest";
-import { createLaneBuffer, HostLane } from "../dist/host/lane.js";
+import { createLaneBuffer, HostLane, WorkerLane } from "../dist/host/lane.js";
 
 let worker: Worker | undefined;
 afterEach(async () => {
@@ -81,5 +81,46 @@ describe("the lane", () => {
     const reply = await next();
     expect(reply.json).toBeUndefined();
     expect(reply.ms).toBeLessThan(1_000);
+  });
+
+  // The worker checks for a message in flight after it marked the lane as waiting; the host may act in between.
+  // These replay that interleaving on one thread: the host's step runs inside the worker's check.
+  class HostActsDuringCheck extends WorkerLane {
+    constructor(
+      buffer: SharedArrayBuffer,
+      private readonly hostStep: () => void,
+    ) {
+      super(buffer);
+    }
+    protected override messageInFlight(): boolean {
+      this.hostStep();
+      return true;
+    }
+  }
+
+  it("keeps a batch handed over while the worker finds a message in flight", () => {
+    const buffer = createLaneBuffer();
+    const host = new HostLane(buffer);
+    const batch = '[{"type":"settle","exec":7}]';
+    let handed = false;
+    const lane = new HostActsDuringCheck(buffer, () => {
+      handed = host.handOff(batch);
+    });
+    expect(lane.wait(1_000)).toBe(batch);
+    expect(handed).toBe(true);
+    // The lane is idle again: the host posts from now on, and the worker can wait again later.
+    expect(host.handOff(batch)).toBe(false);
+    expect(new Int32Array(buffer, 0, 1)[0]).toBe(0);
+  });
+
+  it("leaves the lane idle when a message is posted while the worker finds one in flight", () => {
+    const buffer = createLaneBuffer();
+    const host = new HostLane(buffer);
+    const lane = new HostActsDuringCheck(buffer, () => {
+      host.willPost();
+      host.posted();
+    });
+    expect(lane.wait(1_000)).toBeUndefined();
+    expect(new Int32Array(buffer, 0, 1)[0]).toBe(0);
   });
 });

@@ -82,6 +82,11 @@ export class WorkerLane extends Lane {
   /** Whether the last answer came within the spin time (then the next wait spins first). */
   private answersQuickly = true;
 
+  /** Whether the host posted a message this worker has not received yet. */
+  protected messageInFlight(): boolean {
+    return Atomics.load(this.header, POSTED) !== this.received;
+  }
+
   /**
    * Blocks for at most `timeoutMs` for a batch from the host and returns its JSON, or undefined when the time ran
    * out or a message was posted instead (or is in flight).
@@ -89,15 +94,16 @@ export class WorkerLane extends Lane {
   wait(timeoutMs: number): string | undefined {
     const header = this.header;
     if (Atomics.compareExchange(header, STATE, State.idle, State.waiting) !== State.idle) return undefined;
-    if (Atomics.load(header, POSTED) !== this.received) {
-      Atomics.store(header, STATE, State.idle);
-      return undefined;
-    }
     const started = performance.now();
-    if (this.answersQuickly) {
-      while (Atomics.load(header, STATE) === State.waiting && performance.now() - started < SPIN_MS) {}
+    if (this.messageInFlight()) {
+      // Leave without waiting, unless the host took the lane since it saw it waiting: then take its batch below.
+      if (Atomics.compareExchange(header, STATE, State.waiting, State.idle) === State.waiting) return undefined;
+    } else {
+      if (this.answersQuickly) {
+        while (Atomics.load(header, STATE) === State.waiting && performance.now() - started < SPIN_MS) {}
+      }
+      Atomics.wait(header, STATE, State.waiting, timeoutMs);
     }
-    Atomics.wait(header, STATE, State.waiting, timeoutMs);
     for (;;) {
       switch (Atomics.load(header, STATE)) {
         case State.waiting:
