@@ -4,7 +4,7 @@
  * captured after `configure`; the whole linear memory) and behave exactly like a fresh VM.
  */
 import { describe, expect, it } from "vitest";
-import type { RunResult, VmEvent } from "../dist/engine/protocol.js";
+import { type RunResult, runConfiguration, type VmEvent } from "../dist/engine/protocol.js";
 import { VmRunner } from "../dist/engine/runner.js";
 import { GuestVm, type VmImage } from "../dist/engine/vm.js";
 import { loadQuickJSWasm } from "../dist/engine/wasm.js";
@@ -74,8 +74,12 @@ function makeRunner(events: VmEvent[], timeoutMs: number) {
         exec: id,
         slot: 0,
         code,
-        tools: [{ name: "slow", id: "slow", description: "" }],
-        globals: [],
+        configuration: runConfiguration({
+          tools: [{ name: "slow", id: "slow", description: "" }],
+          globals: [],
+          deterministic: false,
+          program: false,
+        }),
         store: {},
         memoryLimitBytes,
         deadline: Date.now() + timeoutMs,
@@ -212,8 +216,12 @@ describe("the memory-image reset", () => {
           exec: 1,
           slot: 0,
           code: "let n = 0; for (let i = 0; i < 150000; i++) n += await tools.echo(1); return n;",
-          tools: [{ name: "echo", id: "echo", description: "" }],
-          globals: [],
+          configuration: runConfiguration({
+            tools: [{ name: "echo", id: "echo", description: "" }],
+            globals: [],
+            deterministic: false,
+            program: false,
+          }),
           store: {},
           memoryLimitBytes: 64 * 1024 * 1024,
           deadline: null,

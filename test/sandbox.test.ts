@@ -195,6 +195,15 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
         const second = await run("return await tools.late();");
         expect(!second.ok && second.error.message).toContain("tools.late does not exist");
       }
+      // The same name with another description is another configuration: no VM keeps the old one.
+      const describe = "return ALL_TOOLS.find((t) => t.name === 'late')?.description;";
+      sandbox.registerTool({ name: "late", description: "first", execute: () => 1 });
+      for (let i = 0; i < 3; i++) expect(await run(describe)).toMatchObject({ ok: true, value: "first" });
+      sandbox.unregisterTool("late");
+      sandbox.registerTool({ name: "late", description: "second", execute: () => 2 });
+      for (let i = 0; i < 3; i++) expect(await run(describe)).toMatchObject({ ok: true, value: "second" });
+      expect(await run("return await tools.late()")).toMatchObject({ ok: true, value: 2 });
+      sandbox.unregisterTool("late");
       expect(() => sandbox.registerTool({ name: "echo", execute: () => 1 })).toThrow(/already registered/);
       expect(() => sandbox.registerTool({ name: "my.tool", execute: () => 1 })).toThrow(/both be tools.my_tool/);
     });

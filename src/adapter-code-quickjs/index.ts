@@ -25,10 +25,12 @@ import { executeOnLauncher } from "./run.ts";
 export {
   PROTOCOL_BOOT_TIMEOUT_MS,
   PROTOCOL_STOP_GRACE_MS,
+  QUICKJS_ENGINE_VERSION,
   QUICKJS_PROTOCOL,
   QUICKJS_PROTOCOL_VERSION,
   type QuickJsHostMessage,
   type QuickJsProtocolTransport,
+  type QuickJsRunRequest,
   type QuickJsServerTransport,
   type QuickJsVmMessage,
   type ServeQuickJsProtocolOptions,

@@ -9,8 +9,6 @@
 import { INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
 import {
   type CallOutcome,
-  PROTOCOL_VERSION as ENGINE_PROTOCOL_VERSION,
-  type HostCommand,
   parseVmEvent,
   type RunRequest,
   type StopReason,
@@ -20,18 +18,24 @@ import {
 import { VmRunner } from "../engine/runner.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "../host/launcher.ts";
+import { PROGRAM_CONFIGURATION } from "../host/program.ts";
 
 /** Name and version of the message protocol; either side refuses a peer that announces another. */
 export const QUICKJS_PROTOCOL = "airlock.quickjs";
 export const QUICKJS_PROTOCOL_VERSION = 1;
+/** Version of the run, settle and stop messages this protocol carries (announced as `engine`). */
+export const QUICKJS_ENGINE_VERSION = 1;
 /** Time a launched VM side has to announce itself. */
 export const PROTOCOL_BOOT_TIMEOUT_MS = 15_000;
 /** Time the VM side has to end a run it was told to stop, before the connection is closed. */
 export const PROTOCOL_STOP_GRACE_MS = 500;
 
+/** A run as the protocol carries it: programs only, so `tools` and `globals` are always empty. */
+export type QuickJsRunRequest = Omit<RunRequest, "configuration"> & { tools: never[]; globals: never[] };
+
 /** Host -> VM side. */
 export type QuickJsHostMessage =
-  | { type: "run"; request: RunRequest }
+  | { type: "run"; request: QuickJsRunRequest }
   | { type: "settle"; exec: number; id: number; outcome: CallOutcome; seq: null; now: null }
   | { type: "stop"; exec: number; reason: StopReason };
 
@@ -216,7 +220,9 @@ export class ProtocolLauncher implements Launcher {
     connection.runs.set(exec, entry);
     connection.ready.then(
       () => {
-        if (connection.runs.has(exec)) connection.send({ type: "run", request: { ...request, exec, slot: 0 } });
+        if (!connection.runs.has(exec)) return;
+        const { configuration: _, ...run } = request;
+        connection.send({ type: "run", request: { ...run, tools: [], globals: [], exec, slot: 0 } });
       },
       () => {},
     );
@@ -252,7 +258,7 @@ export interface ServeQuickJsProtocolOptions {
   maxStackSize?: number;
 }
 
-function isHostCommand(value: unknown): value is HostCommand {
+function isHostMessage(value: unknown): value is QuickJsHostMessage {
   if (typeof value !== "object" || value === null) return false;
   const m = value as Record<string, unknown>;
   if (m.type === "run") {
@@ -271,6 +277,12 @@ function isHostCommand(value: unknown): value is HostCommand {
     return typeof m.exec === "number" && typeof m.id === "number" && typeof m.outcome === "object";
   if (m.type === "stop") return typeof m.exec === "number" && (m.reason === "timeout" || m.reason === "aborted");
   return false;
+}
+
+/** The runner's request for a program run of the protocol. */
+function programRequest(request: QuickJsRunRequest): RunRequest {
+  const { tools: _tools, globals: _globals, ...run } = request;
+  return { ...run, configuration: PROGRAM_CONFIGURATION };
 }
 
 /**
@@ -292,13 +304,15 @@ export function serveQuickJsProtocol(
     isReady = true;
   });
   transport.onMessage((message) => {
-    if (!isHostCommand(message)) return;
+    if (!isHostMessage(message)) return;
     // Only programs: a request without a program would get the script environment.
     if (message.type === "run" && message.request.program === null) return;
-    if (isReady) runner.handle(message);
+    const command =
+      message.type === "run" ? { type: "run" as const, request: programRequest(message.request) } : message;
+    if (isReady) runner.handle(command);
     else
       ready.then(
-        () => runner.handle(message),
+        () => runner.handle(command),
         () => {},
       );
   });
@@ -308,7 +322,7 @@ export function serveQuickJsProtocol(
         type: "ready",
         protocol: QUICKJS_PROTOCOL,
         version: QUICKJS_PROTOCOL_VERSION,
-        engine: ENGINE_PROTOCOL_VERSION,
+        engine: QUICKJS_ENGINE_VERSION,
       }),
     () => transport.send({ type: "failed", message: "the VM could not boot" }),
   );

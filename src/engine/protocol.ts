@@ -2,10 +2,11 @@
  * The messages between the host side of an execution and the VM side, whatever separates them (nothing, a worker
  * thread, a process). Values travel as JSON text; the host parses them.
  */
+import { createHash } from "node:crypto";
 import type { CodemodeError, CodemodeOutputItem } from "../types.ts";
 
-/** Version of this protocol; a launcher refuses a VM side that speaks another. */
-export const PROTOCOL_VERSION = 1;
+/** Version of this protocol; a launcher refuses a VM side that speaks another. 2: runs carry a configuration. */
+export const PROTOCOL_VERSION = 2;
 
 export interface RunRequest {
   /** The launcher's id for the execution. */
@@ -13,8 +14,7 @@ export interface RunRequest {
   /** Index of the execution's abort flag, for VM sides that share flags with the host. */
   slot: number;
   code: string;
-  tools: { name: string; id: string; description: string }[];
-  globals: { name: string; spread: boolean }[];
+  configuration: RunConfiguration;
   /** Initial store: key -> JSON text. */
   store: Record<string, string>;
   memoryLimitBytes: number;
@@ -29,6 +29,29 @@ export interface RunRequest {
    * globals of the script environment.
    */
   program: { input: string } | null;
+}
+
+/** What the script environment of a run offers: the same for many runs of a sandbox. */
+export interface ConfigurationContent {
+  tools: { name: string; id: string; description: string }[];
+  globals: { name: string; spread: boolean }[];
+  deterministic: boolean;
+  program: boolean;
+}
+
+/**
+ * A configuration as it travels: its JSON (the prelude's `configure` argument) and a digest of it. VM sides key what
+ * they derive from a configuration (its parsed tool names, a VM image captured after `configure`) by the digest, so
+ * that a catalog of hundreds of tools is neither rebuilt, re-serialized nor hashed again for every execution.
+ */
+export interface RunConfiguration {
+  key: string;
+  json: string;
+}
+
+export function runConfiguration(content: ConfigurationContent): RunConfiguration {
+  const json = JSON.stringify(content);
+  return { key: createHash("sha256").update(json).digest("base64url"), json };
 }
 
 /** A call's outcome handed back to the VM. `value` is JSON text (undefined for `undefined`). */

@@ -10,6 +10,7 @@ import { JOBS_PER_INTERRUPT_CHECK, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE
 import { Op, SCRIPT_FILENAME } from "./prelude.ts";
 import {
   type CallOutcome,
+  type ConfigurationContent,
   CPU_LIMIT_ERROR,
   DEADLINE_MESSAGE,
   type During,
@@ -39,15 +40,15 @@ export interface RunnerOptions extends VmOptions {
   maxVms: number;
 }
 
-/** A request with its configuration (the argument of the prelude's `configure`, and the key of its image). */
+/** A request with its configuration, parsed. */
 interface Queued {
   request: RunRequest;
-  config: string;
+  configured: ConfigurationContent;
 }
 
 interface ActiveRun {
   request: RunRequest;
-  config: string;
+  configured: ConfigurationContent;
   vm: GuestVm;
   /** The image the VM started from; it is reset to it afterwards. */
   image: VmImage;
@@ -79,6 +80,8 @@ export class VmRunner {
    * microseconds per tool.
    */
   private readonly configured = new RepeatCache<VmImage>({ entries: 4, counted: 256 });
+  /** Configurations parsed, by key (only `get`/`set` are used: parsing is needed from the first use on). */
+  private readonly configurations = new RepeatCache<ConfigurationContent>({ entries: 64, counted: 0 });
   private readonly scripts = new ScriptCache(SCRIPT_FILENAME);
   private readonly idle: GuestVm[] = [];
   /** VMs whose execution ended and whose reset is scheduled; taken (and reset at once) when no idle VM is left. */
@@ -159,16 +162,8 @@ export class VmRunner {
   // ---- VM pool ----
 
   private start(request: RunRequest): void {
-    const queued: Queued = {
-      request,
-      config: JSON.stringify({
-        tools: request.tools,
-        globals: request.globals,
-        deterministic: request.deterministic !== null,
-        program: request.program !== null,
-      }),
-    };
-    const image = this.imageFor(queued.config);
+    const queued: Queued = { request, configured: this.configurationOf(request) };
+    const image = this.imageFor(request.configuration.key);
     const vm = this.takeIdle(image);
     if (vm) {
       this.begin(queued, vm, image);
@@ -181,18 +176,29 @@ export class VmRunner {
     }
   }
 
+  private configurationOf(request: RunRequest): ConfigurationContent {
+    const { key, json } = request.configuration;
+    let content = this.configurations.get(key);
+    if (!content) {
+      content = JSON.parse(json) as ConfigurationContent;
+      this.configurations.set(key, content);
+    }
+    return content;
+  }
+
   /** The image a configuration starts from: its own once captured, the post-prelude one until then. */
-  private imageFor(config: string): VmImage {
-    return this.configured.get(config) ?? this.image;
+  private imageFor(key: string): VmImage {
+    return this.configured.get(key) ?? this.image;
   }
 
   /** A run configured on the post-prelude image: the second use of its configuration captures its own image. */
   private noteConfigured(run: ActiveRun): void {
-    if (!this.configured.repeats(run.config)) return;
+    const key = run.request.configuration.key;
+    if (!this.configured.repeats(key)) return;
     // A configuration that grew the memory stays uncaptured: VMs of both images could not be reset to each other.
     if (run.vm.memoryBytes() !== this.image.byteLength) return;
     run.image = run.vm.capture();
-    this.configured.set(run.config, run.image);
+    this.configured.set(key, run.image);
   }
 
   /** An idle VM reset to `image`, preferring one in that state already and the most recently used. */
@@ -242,7 +248,7 @@ export class VmRunner {
   private release(vm: GuestVm): void {
     const queued = this.waiting.shift();
     if (queued) {
-      const image = this.imageFor(queued.config);
+      const image = this.imageFor(queued.request.configuration.key);
       if (!vm.reset(image)) {
         vm.dispose();
         this.waiting.unshift(queued);
@@ -289,10 +295,10 @@ export class VmRunner {
   // ---- one execution ----
 
   private begin(queued: Queued, vm: GuestVm, image: VmImage): void {
-    const { request, config } = queued;
+    const { request, configured } = queued;
     const run: ActiveRun = {
       request,
-      config,
+      configured,
       vm,
       image,
       nextCallId: 0,
@@ -326,7 +332,7 @@ export class VmRunner {
       const qjs = vm.qjs;
       const entries = vm.entryPoints;
       if (image === this.image) {
-        vm.callEntry("configure", config);
+        vm.callEntry("configure", request.configuration.json);
         this.noteConfigured(run);
       }
       const seed = request.deterministic ? seedWords(request.deterministic.seed) : randomWords();
@@ -496,7 +502,7 @@ export class VmRunner {
       if (op === Op.callSlot) {
         const slot = args.number(1);
         target = slot % 2 === 1 ? "global" : "tool";
-        const entry = target === "tool" ? run.request.tools[slot >> 1] : run.request.globals[slot >> 1];
+        const entry = target === "tool" ? run.configured.tools[slot >> 1] : run.configured.globals[slot >> 1];
         if (!entry) return "the call names no configured tool";
         name = entry.name;
         json = args.string(2);

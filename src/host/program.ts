@@ -2,7 +2,7 @@
  * Runs one program (`async (input, tools) => output`) on a launcher: the primitive that governed code mode builds on.
  * The program sees standard JavaScript and `tools.call(toolId, input)`, which resolves to whatever `call` returns.
  */
-import { CPU_LIMIT_ERROR } from "../engine/protocol.ts";
+import { CPU_LIMIT_ERROR, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "./execution.ts";
 import type { Launcher } from "./launcher.ts";
 
@@ -20,6 +20,9 @@ export interface ProgramRunOptions {
   /** Answers `tools.call(toolId, input)`; the resolved value (JSON) is what the program receives. */
   call(toolId: string, input: unknown, signal: AbortSignal): Promise<unknown>;
 }
+
+/** Every program runs in the same environment: no tools object of the script environment, no globals. */
+export const PROGRAM_CONFIGURATION = runConfiguration({ tools: [], globals: [], deterministic: false, program: true });
 
 export type ProgramFailureReason =
   | "program_error"
@@ -42,8 +45,7 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
   const execution = new Execution(launcher, {
     request: {
       code: options.source,
-      tools: [],
-      globals: [],
+      configuration: PROGRAM_CONFIGURATION,
       store: {},
       memoryLimitBytes: options.memoryLimitBytes,
       deadline: Date.now() + options.wallTimeMs,

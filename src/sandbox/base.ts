@@ -3,6 +3,7 @@
  * `start` runs, and `close`. Subclasses only choose the launcher.
  */
 import { DEFAULT_TIMEOUT_MS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
@@ -65,9 +66,20 @@ const RESERVED_GLOBALS = new Set([
   "queueMicrotask",
 ]);
 
+/**
+ * What executions see of the registry, built once per change of it: the tools and globals an execution keeps for its
+ * whole run, and the configuration its VM is set up with.
+ */
+interface RegistryView {
+  tools: ReadonlyMap<string, CodemodeTool>;
+  globals: ReadonlyMap<string, CodemodeTool>;
+  configuration: RunConfiguration;
+}
+
 export abstract class CodemodeSandboxBase {
   private readonly toolMap = new Map<string, CodemodeTool>();
   private readonly globalMap = new Map<string, CodemodeTool>();
+  private view: RegistryView | undefined;
   private readonly executions = new Set<Execution>();
   private readonly timeoutMs: number;
   private readonly memoryLimitBytes: number;
@@ -101,7 +113,10 @@ export abstract class CodemodeSandboxBase {
     return [...this.globalMap.values()];
   }
 
-  /** Adds a tool for the executions that start afterwards. */
+  /**
+   * Adds a tool for the executions that start afterwards. Its name and description are read now; `execute` is
+   * looked up on each call.
+   */
   registerTool(tool: CodemodeTool): void {
     checkTool(tool, "tool");
     if (this.toolMap.has(tool.name)) throw new Error(`a tool named "${tool.name}" is already registered`);
@@ -112,10 +127,12 @@ export abstract class CodemodeSandboxBase {
       }
     }
     this.toolMap.set(tool.name, tool);
+    this.view = undefined;
   }
 
   /** Removes a tool; running executions that call it get an error. Returns whether it was registered. */
   unregisterTool(name: string): boolean {
+    this.view = undefined;
     return this.toolMap.delete(name);
   }
 
@@ -134,6 +151,27 @@ export abstract class CodemodeSandboxBase {
       }
     }
     this.globalMap.set(global.name, global);
+    this.view = undefined;
+  }
+
+  private registryView(): RegistryView {
+    if (!this.view) {
+      this.view = {
+        tools: new Map(this.toolMap),
+        globals: new Map(this.globalMap),
+        configuration: runConfiguration({
+          tools: [...this.toolMap.values()].map((t) => ({
+            name: t.name,
+            id: toCodemodeIdentifier(t.name),
+            description: t.description ?? "",
+          })),
+          globals: [...this.globalMap.values()].map((g) => ({ name: g.name, spread: g.spread === true })),
+          deterministic: false,
+          program: false,
+        }),
+      };
+    }
+    return this.view;
   }
 
   /** Runs `code` (the body of an async function). Never rejects for script failures; see `CodemodeResult`. */
@@ -145,21 +183,14 @@ export abstract class CodemodeSandboxBase {
     if (this.closed) return closedResult();
     const script = this.compile(code);
     if (typeof script !== "string") return script;
-    const request = this.request(script, store, timeoutMs, null);
-    request.tools = [...this.toolMap.values()].map((t) => ({
-      name: t.name,
-      id: toCodemodeIdentifier(t.name),
-      description: t.description ?? "",
-    }));
-    request.globals = [...this.globalMap.values()].map((g) => ({ name: g.name, spread: g.spread === true }));
     // The execution keeps the tools it started with; registering or removing tools affects later executions only.
-    const toolSnapshot = new Map(this.toolMap);
-    const globalSnapshot = new Map(this.globalMap);
+    const view = this.registryView();
+    const request = this.request(script, store, timeoutMs, null, view.configuration);
     const execution = new Execution(this.launcher, {
       request,
       handler: {
         kind: "tools",
-        resolve: (target, name) => (target === "tool" ? toolSnapshot : globalSnapshot).get(name),
+        resolve: (target, name) => (target === "tool" ? view.tools : view.globals).get(name),
       },
       signal: options.signal,
       timeoutMs,
@@ -186,12 +217,8 @@ export abstract class CodemodeSandboxBase {
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
     const script = this.compile(code);
-    const request = this.request(typeof script === "string" ? script : "", store, timeoutMs, {
-      startedAt: options.startedAt,
-      seed: options.seed,
-    });
     const seen = new Set<string>();
-    request.tools = (options.tools ?? []).map((t) => {
+    const tools = (options.tools ?? []).map((t) => {
       if (!t || typeof t.name !== "string" || t.name === "") throw new TypeError("every tool needs a name");
       const id = t.jsName ?? toCodemodeIdentifier(t.name);
       if (!isIdentifier(id)) throw new TypeError(`jsName "${id}" of tool "${t.name}" is not an identifier`);
@@ -199,7 +226,7 @@ export abstract class CodemodeSandboxBase {
       seen.add(id);
       return { name: t.name, id, description: t.description ?? "" };
     });
-    request.globals = (options.globals ?? []).map((g) => {
+    const globals = (options.globals ?? []).map((g) => {
       const parts = typeof g?.name === "string" ? g.name.split(".") : [];
       if (
         parts.length < 1 ||
@@ -213,6 +240,13 @@ export abstract class CodemodeSandboxBase {
       }
       return { name: g.name, spread: g.spread === true };
     });
+    const request = this.request(
+      typeof script === "string" ? script : "",
+      store,
+      timeoutMs,
+      { startedAt: options.startedAt, seed: options.seed },
+      runConfiguration({ tools, globals, deterministic: true, program: false }),
+    );
     const execution = this.closed
       ? undefined
       : new Execution(this.launcher, {
@@ -281,11 +315,11 @@ export abstract class CodemodeSandboxBase {
     store: Record<string, string>,
     timeoutMs: number,
     deterministic: LaunchRequest["deterministic"],
+    configuration: RunConfiguration,
   ): LaunchRequest {
     return {
       code,
-      tools: [],
-      globals: [],
+      configuration,
       store,
       memoryLimitBytes: this.memoryLimitBytes,
       deadline: Number.isFinite(timeoutMs) ? Date.now() + timeoutMs : null,
