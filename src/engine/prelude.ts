@@ -123,7 +123,8 @@ export const PRELUDE_SOURCE = `(function () {
     if (finished) return;
     finished = true;
     let writes;
-    if (ok) {
+    // No writes, no JSON: most executions never touch the store.
+    if (ok && storeWrites.size > 0) {
       try {
         const set = {}, del = [];
         const entries = [];
