@@ -189,6 +189,60 @@ describe("the memory-image reset", () => {
     fresh.dispose();
   });
 
+  it("counts the zero pages an execution wrote, and how many resets since wrote few", async () => {
+    const module = loadQuickJSWasm();
+    const { image } = await GuestVm.boot({ module, maxStackSize: 256 * 1024 });
+    const vm = await GuestVm.fromImage({ module, maxStackSize: 256 * 1024 }, image);
+    // A new instance has written none of them.
+    expect(vm.peakZeroPagesWritten).toBe(0);
+    const memory = new Uint8Array((vm as unknown as { exports: { memory: WebAssembly.Memory } }).exports.memory.buffer);
+    const zeroPages = image.segments
+      .filter((s) => s.zero)
+      .flatMap((s) => {
+        const pages: number[] = [];
+        for (let at = s.from; at < s.to; at += 4096) pages.push(at);
+        return pages;
+      });
+    for (const at of zeroPages.slice(0, 100)) memory[at + 7] = 1;
+    vm.dirty = true;
+    expect(vm.reset(image)).toBe(true);
+    expect([vm.peakZeroPagesWritten, vm.quietResets]).toEqual([100, 0]);
+    for (const at of zeroPages.slice(0, 3)) memory[at] = 1;
+    vm.dirty = true;
+    expect(vm.reset(image)).toBe(true);
+    expect([vm.peakZeroPagesWritten, vm.quietResets]).toEqual([100, 1]);
+    vm.dispose();
+  });
+
+  it("replaces a VM that wrote many zero pages once 64 executions in a row wrote few", async () => {
+    const events: VmEvent[] = [];
+    const { runner, run, settled } = makeRunner(events, 5_000);
+    await runner.init();
+    const vmNow = async () => (await settled()).idle[0] as GuestVm;
+    // The booted VM wrote its heap headroom on the way to the image: it is replaced after 64 quiet resets (its first
+    // was the runner's, before any execution).
+    const booted = await vmNow();
+    for (let i = 0; i < 64; i++) expect(await run("return 1")).toMatchObject({ ok: true });
+    const renewed = await vmNow();
+    expect(renewed).not.toBe(booted);
+    expect(renewed.peakZeroPagesWritten).toBe(0);
+    // 600 KB written into the headroom: about 150 of the image's zero pages.
+    expect(await run("const a = new Uint8Array(600000); a.fill(1); return a.length")).toMatchObject({
+      value: "600000",
+    });
+    const heavy = await vmNow();
+    expect(heavy).toBe(renewed);
+    expect(heavy.peakZeroPagesWritten).toBeGreaterThanOrEqual(64);
+    for (let i = 0; i < 64; i++) await run("return 1");
+    expect([await vmNow(), heavy.quietResets]).toEqual([heavy, 64]);
+    // Recycled after its 65th quiet execution, it is not reset but replaced.
+    expect(await run(probe)).toMatchObject({ ok: true });
+    const replaced = await vmNow();
+    expect(replaced).not.toBe(heavy);
+    expect(await run("return [typeof leak, 6 * 7]")).toMatchObject({ ok: true, value: '["undefined",42]' });
+    runner.close();
+  });
+
   it("answers many calls in one execution without growing the VM's memory", async () => {
     let done: ((result: RunResult) => void) | undefined;
     const runner = new VmRunner({

@@ -24,12 +24,18 @@ import {
 import { RepeatCache } from "./repeat-cache.ts";
 import { ScriptCache } from "./script-cache.ts";
 import type { HostArgs, Primitive } from "./values.ts";
-import { GuestVm, Interrupted, JSException, type VmImage, type VmOptions } from "./vm.ts";
+import { GuestVm, Interrupted, JSException, MANY_ZERO_PAGES, type VmImage, type VmOptions } from "./vm.ts";
 
 /** VMs booted besides the first, so that executions in a row need not wait for a reset. */
 const SPARE_VMS = 1;
 /** Bytes of the image copied per step of a gradual reset (about 20-30 us each). */
 const RESET_CHUNK_BYTES = 256 * 1024;
+/**
+ * A VM that once wrote many of the image's zero pages (a deep recursion, a large allocation) is replaced by a new
+ * instance, whose zero pages are cheap to check again (see GuestVm.peakZeroPagesWritten), once its last this many
+ * resets found few written: a workload that writes them every time rewrites them anyway and is not renewed each time.
+ */
+const RENEW_AFTER_QUIET_RESETS = 64;
 
 export interface RunnerOptions extends VmOptions {
   /** Receives every event, synchronously; it must not call back into the runner before returning. */
@@ -266,6 +272,12 @@ export class VmRunner {
    * through, so it stays off the latency path; a run that needs the VM before then finishes the reset at once.
    */
   private recycle(vm: GuestVm, image: VmImage): void {
+    if (vm.peakZeroPagesWritten >= MANY_ZERO_PAGES && vm.quietResets >= RENEW_AFTER_QUIET_RESETS) {
+      // A new instance replaces it (the VM count stays the same), off the request path.
+      vm.dispose();
+      void this.addVm();
+      return;
+    }
     const steps = vm.resetGradually(image, RESET_CHUNK_BYTES);
     this.recycling.set(vm, steps);
     const step = () => {

@@ -96,6 +96,11 @@ export type ImageSegment =
 /** The single host function: reads its arguments and returns a primitive for the guest. */
 export type HostCallback = (args: HostArgs) => Primitive;
 
+/** The unit of an image's segments and of the zero-page checks. */
+const PAGE_BYTES = 4096;
+/** Zero pages (256 KiB) one execution may write before its instance counts as slower to reset. */
+export const MANY_ZERO_PAGES = 64;
+
 /** UTF-8 length of HOST_FUNCTION, which names every call of it. */
 const HOST_FUNCTION_BYTES = Buffer.byteLength(HOST_FUNCTION);
 
@@ -163,6 +168,8 @@ export class GuestVm {
     });
     vm.entries = handles;
     vm.dirty = true;
+    // The headroom was written (allocated and cleared) on the way to the image.
+    vm.peakZeroPagesWritten = IMAGE_HEAP_HEADROOM_BYTES / PAGE_BYTES;
     return { vm, image };
   }
 
@@ -256,6 +263,16 @@ export class GuestVm {
   private image?: VmImage;
   /** True when the VM has run guest code since its last reset. */
   dirty = false;
+  /** Resets in a row, up to the last, that each filled fewer than MANY_ZERO_PAGES zero pages. */
+  quietResets = 0;
+  /**
+   * The most zero pages of the image one execution wrote (filled again by the reset that followed): a lower bound
+   * of the zero pages this instance has written. Linux backs a page that was never written with its one shared zero
+   * page, which stays in the cache and makes checking it cheap; a page once written keeps memory of its own, and
+   * checking it, cold, costs several times more. A VM that wrote many is worth replacing by a new instance.
+   */
+  peakZeroPagesWritten = 0;
+  private zeroPagesWritten = 0;
 
   /** Binds a fresh host-side wrapper to the instance and retires the previous one. */
   private bindWrapper(): void {
@@ -358,8 +375,11 @@ export class GuestVm {
     // Pages a grow added are zero already: a VM's first reset need not touch them (that costs page faults).
     const end = Math.min(to, grownFrom);
     if (from >= end) return;
-    if (this.zeroPages) this.zeroPages(from, end);
-    else new Uint8Array(this.exports.memory.buffer).fill(0, from, end);
+    if (this.zeroPages) this.zeroPagesWritten += this.zeroPages(from, end);
+    else {
+      new Uint8Array(this.exports.memory.buffer).fill(0, from, end);
+      this.zeroPagesWritten += (end - from) / PAGE_BYTES;
+    }
   }
 
   private completeReset(image: VmImage): void {
@@ -372,6 +392,9 @@ export class GuestVm {
     this.entries = entries;
     this.image = image;
     this.dirty = false;
+    this.quietResets = this.zeroPagesWritten >= MANY_ZERO_PAGES ? 0 : this.quietResets + 1;
+    this.peakZeroPagesWritten = Math.max(this.peakZeroPagesWritten, this.zeroPagesWritten);
+    this.zeroPagesWritten = 0;
   }
 
   /** The current wrapper; valid until the next reset. */
@@ -427,7 +450,7 @@ export class GuestVm {
 
 /** Splits memory into runs of 4 KiB pages that are all zero or not, zero runs first; data runs get a copy. */
 function segmentsOf(memory: Uint8Array): ImageSegment[] {
-  const page = 4096;
+  const page = PAGE_BYTES;
   const words = new BigUint64Array(memory.buffer, memory.byteOffset, memory.byteLength / 8);
   const runs: { from: number; to: number; zero: boolean }[] = [];
   for (let from = 0; from < memory.byteLength; from += page) {
