@@ -104,6 +104,54 @@ describe("createCodeTool", () => {
     expect(code.declarations).not.toContain("ask(");
   });
 
+  it("declares a large catalog as an index, and gives programs describeTool() for the full declarations", async () => {
+    const many = Object.fromEntries(
+      Array.from({ length: 45 }, (_, i) => [
+        `lookup_${i}`,
+        tool({
+          description: `Looks up record ${i}. Returns its fields.`,
+          inputSchema: z.object({ id: z.string().describe("Record id") }),
+          execute: async ({ id }) => ({ record: i, id }),
+        }),
+      ]),
+    );
+    const sandbox = new InlineCodemodeSandbox();
+    const indexed = createCodeTool({ tools: many, sandbox });
+    expect(indexed.declarations).toContain("Index of 45 tools");
+    expect(indexed.declarations).toContain('text(await describeTool("<name>"))');
+    expect(indexed.declarations).toContain("declare function describeTool(name: string): Promise<string>;");
+    expect(indexed.declarations).not.toContain("Record id");
+    const execute = indexed.execute as (input: { code: string }, options: object) => Promise<unknown>;
+    const run = (program: string) => execute({ code: program }, { toolCallId: "c", messages: [] });
+    expect(
+      await run('text(await describeTool("lookup_7")); return (await tools.lookup_7({ id: "a" })).record'),
+    ).toEqual({
+      ok: true,
+      output: [
+        {
+          type: "text",
+          text: "declare const tools: {\n  /** Looks up record 7. Returns its fields. */\n  lookup_7(args: {\n    // Record id\n    id: string;\n  }): Promise<unknown>;\n};",
+        },
+      ],
+      value: 7,
+    });
+    const unknown = (await run('try { await describeTool("lookup_77") } catch (e) { return e.message }')) as {
+      value: string;
+    };
+    expect(unknown.value).toMatch(/^Unknown tool "lookup_77"\. Did you mean "lookup_7/);
+    // A small catalog is declared in full: no describeTool.
+    expect(code.declarations).not.toContain("describeTool");
+    const small = (await (code.execute as typeof execute)(
+      { code: "return typeof describeTool" },
+      {
+        toolCallId: "d",
+        messages: [],
+      },
+    )) as { value: string };
+    expect(small.value).toBe("undefined");
+    await sandbox.close();
+  });
+
   it("runs the model's program in a generateText tool loop", async () => {
     seen.length = 0;
     const model = new MockLanguageModelV3({

@@ -4,7 +4,7 @@
  */
 import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
-import { isZodSchema, renderDeclarations } from "../declarations/index.ts";
+import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
 import { toCodemodeIdentifier } from "../identifier.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
@@ -67,7 +67,12 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   }
   const callable = selectTools(options.tools);
   const byName = new Map(callable.map((entry) => [entry.name, entry]));
-  const declarations = renderDeclarations({ tools: callable.map(toToolLike) });
+  const catalog = callable.map(toToolLike);
+  // A large catalog is declared as an index; programs then get describeTool() to read a tool's full declaration.
+  const indexed = catalog.length > INDEX_THRESHOLD_TOOLS;
+  const declarations = indexed
+    ? `${renderDeclarations({ tools: catalog }, { indexHint: INDEX_HINT })}\n\n${DESCRIBE_TOOL_DECLARATION}`
+    : renderDeclarations({ tools: catalog });
   let ownSandbox: CodemodeSandbox | undefined;
   const sandbox = () => {
     if (options.sandbox) return options.sandbox;
@@ -80,7 +85,14 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
     inputSchema: z.object({
       code: z.string().describe("The program: the body of an async function, in JavaScript or TypeScript"),
     }),
-    execute: async ({ code }, context) => run(sandbox(), code, byName, callable, timeoutMs, context),
+    execute: async ({ code }, context) =>
+      run(
+        sandbox(),
+        code,
+        { byName, callable, describe: indexed ? (name) => describeTool(catalog, name) : undefined },
+        timeoutMs,
+        context,
+      ),
     toModelOutput: ({ output }) => toModelOutput(output),
   });
   return Object.assign(codeTool, {
@@ -150,11 +162,25 @@ function describe(purpose: string | undefined, declarations: string, timeoutMs: 
   ].join("\n");
 }
 
+/** What a program of the code tool can call. */
+interface Catalog {
+  byName: Map<string, Callable>;
+  callable: Callable[];
+  /** The global `describeTool(name)`, offered when the catalog is declared as an index. */
+  describe: ((name: string) => string) | undefined;
+}
+
+/** The index's sentence on how to read a tool's full declaration, and the declaration of the global for it. */
+const INDEX_HINT =
+  'Before calling a tool, read its full declaration (parameters and result type): text(await describeTool("<name>")) prints it.';
+const DESCRIBE_TOOL_DECLARATION =
+  "/** The full TypeScript declaration of one tool of the index, by name; an unknown name rejects with close names. */\n" +
+  "declare function describeTool(name: string): Promise<string>;";
+
 async function run(
   sandbox: CodemodeSandboxBase,
   code: string,
-  byName: Map<string, Callable>,
-  callable: Callable[],
+  catalog: Catalog,
   maxTimeoutMs: number,
   context: ToolExecutionOptions,
 ): Promise<CodeToolResult> {
@@ -179,9 +205,31 @@ async function run(
   const controllers = new Set<AbortController>();
   let seq = 0;
   let calls = 0;
+  const deliver = (id: number, outcome: { ok: true; value: unknown } | { ok: false; message: string }) => {
+    if (running.finished) return;
+    try {
+      running.deliver(++seq, Date.now(), id, outcome.ok ? { ok: true, value: toJson(outcome.value) } : outcome);
+    } catch (error) {
+      running.deliver(seq, Date.now(), id, { ok: false, message: `the result is not JSON: ${errorMessage(error)}` });
+    }
+  };
   // A deterministic run takes its tools per run, so concurrent runs each answer their own calls with their own context.
   const handle = (call: CodemodeHostCall) => {
-    const entry = byName.get(call.name);
+    if (call.target === "global") {
+      // The only global is describeTool; answered at once (as a promise job, like any call).
+      queueMicrotask(() => {
+        try {
+          if (catalog.describe === undefined || typeof call.args !== "string") {
+            throw new TypeError("describeTool(name) takes the name of a tool as a string");
+          }
+          deliver(call.id, { ok: true, value: catalog.describe(call.args) });
+        } catch (error) {
+          deliver(call.id, { ok: false, message: errorMessage(error) });
+        }
+      });
+      return;
+    }
+    const entry = catalog.byName.get(call.name);
     const controller = new AbortController();
     controllers.add(controller);
     const onAbort = () => controller.abort(context.abortSignal?.reason);
@@ -195,25 +243,25 @@ async function run(
         abortSignal: controller.signal,
       });
     };
-    invoke().then(
-      (value) => deliver(call.id, { ok: true, value }),
-      (error: unknown) => deliver(call.id, { ok: false, message: errorMessage(error) }),
-    );
-    function deliver(id: number, outcome: { ok: true; value: unknown } | { ok: false; message: string }) {
+    const settle = (outcome: { ok: true; value: unknown } | { ok: false; message: string }) => {
       context.abortSignal?.removeEventListener("abort", onAbort);
       controllers.delete(controller);
-      if (running.finished) return;
-      try {
-        running.deliver(++seq, Date.now(), id, outcome.ok ? { ok: true, value: toJson(outcome.value) } : outcome);
-      } catch (error) {
-        running.deliver(seq, Date.now(), id, { ok: false, message: `the result is not JSON: ${errorMessage(error)}` });
-      }
-    }
+      deliver(call.id, outcome);
+    };
+    invoke().then(
+      (value) => settle({ ok: true, value }),
+      (error: unknown) => settle({ ok: false, message: errorMessage(error) }),
+    );
   };
   const running = sandbox.start(script, {
     startedAt: Date.now(),
     seed: Math.floor(Math.random() * 0xffffffff),
-    tools: callable.map((entry) => ({ name: entry.name, jsName: entry.id, description: entry.tool.description ?? "" })),
+    tools: catalog.callable.map((entry) => ({
+      name: entry.name,
+      jsName: entry.id,
+      description: entry.tool.description ?? "",
+    })),
+    globals: catalog.describe === undefined ? [] : [{ name: "describeTool" }],
     timeoutMs,
     ...(context.abortSignal === undefined ? {} : { signal: context.abortSignal }),
     onCall: handle,
