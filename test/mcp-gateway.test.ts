@@ -10,7 +10,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { countTokens, McpGateway } from "airlock/mcp";
+import { countTokens, McpGateway, serveGatewayHttp } from "airlock/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   everything,
@@ -370,13 +370,13 @@ describe("over Streamable HTTP", () => {
 });
 
 describe("errors at start", () => {
-  const serve = (config: unknown) => {
+  const serve = (config: unknown, flags: string[] = []) => {
     const path = join(folder.dir, `config-${Math.random().toString(36).slice(2)}.json`);
     writeFileSync(path, JSON.stringify(config));
     return new Promise<{ code: number | null; stderr: string }>((resolve) => {
       const proc = execFile(
         process.execPath,
-        [CLI, "serve", "--config", path],
+        [CLI, "serve", "--config", path, ...flags],
         { cwd: REPO_ROOT, timeout: 20_000 },
         (_e, _out, err) => resolve({ code: proc.exitCode, stderr: err }),
       );
@@ -390,6 +390,17 @@ describe("errors at start", () => {
     expect(result.stderr).toMatch(
       /^airlock serve: .*config-\w+\.json: server "files": "args" must be an array of strings, got the string "server\.js"\n/,
     );
+  });
+
+  it("exits 2 for a session idle time without --http, or one that is not a number of minutes", async () => {
+    const config = { mcpServers: { data: paged("--tools", "1") } };
+    const alone = await serve(config, ["--session-idle", "5"]);
+    expect([alone.code, alone.stderr]).toEqual([2, expect.stringContaining("--session-idle needs --http <port>")]);
+    const bad = await serve(config, ["--http", "0", "--session-idle", "soon"]);
+    expect([bad.code, bad.stderr]).toEqual([
+      2,
+      expect.stringContaining('--session-idle must be a positive integer number of minutes up to 10080, got "soon"'),
+    ]);
   });
 
   it("exits 1 with the stderr tail of an upstream that does not start, and for a name collision", async () => {
@@ -431,6 +442,47 @@ describe("the gateway as a library", () => {
       expect(JSON.parse(textOf(run))).toEqual({ grown: 1 });
     } finally {
       await client.close();
+      await gateway.close();
+    }
+  });
+
+  it("closes an HTTP session idle past sessionIdleMs, but not one with an open stream", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } }, { poolSize: 1 });
+    await expect(serveGatewayHttp(gateway, { port: 0, sessionIdleMs: 0 })).rejects.toThrow(/sessionIdleMs/);
+    const serving = await serveGatewayHttp(gateway, { port: 0, sessionIdleMs: 300 });
+    const post = (body: object, sessionId?: string) =>
+      fetch(serving.url, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          accept: "application/json, text/event-stream",
+          ...(sessionId === undefined ? {} : { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }),
+        },
+        body: JSON.stringify(body),
+      });
+    const client = new Client({ name: "gateway-idle-test", version: "1.0.0" });
+    try {
+      const init = await post({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "initialize",
+        params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "1" } },
+      });
+      expect(init.status).toBe(200);
+      await init.text();
+      const sessionId = init.headers.get("mcp-session-id") ?? "";
+      expect(serving.sessions).toBe(1);
+      await waitFor(() => serving.sessions === 0, 5_000, "the idle session to close");
+      const late = await post({ jsonrpc: "2.0", id: 2, method: "tools/list" }, sessionId);
+      expect(late.status).toBe(404);
+      // A client keeps a GET stream open for the server's notifications: its session stays however long it is quiet.
+      await client.connect(new StreamableHTTPClientTransport(new URL(serving.url)));
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(serving.sessions).toBe(1);
+      expect((await client.listTools()).tools.map((tool) => tool.name)).toContain("execute");
+    } finally {
+      await client.close();
+      await serving.close();
       await gateway.close();
     }
   });

@@ -5,6 +5,7 @@ import {
   DEFAULT_GATEWAY_TIMEOUT_MS,
   DEFAULT_HTTP_HOST,
   DEFAULT_MAX_OUTPUT_TOKENS,
+  DEFAULT_SESSION_IDLE_MS,
   loadMcpConfig,
   McpConfigError,
   McpGateway,
@@ -22,6 +23,8 @@ import type { CliIo, Command } from "./commands.ts";
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 /** The sandbox's heap cap goes up to 4 GiB. */
 const MAX_MEMORY_MIB = 4096;
+/** A week; the sweep's timer holds at most 60 s anyway. */
+const MAX_SESSION_IDLE_MINUTES = 7 * 24 * 60;
 
 const USAGE = `Usage: airlock serve --config <mcp.json> [options]
 
@@ -41,6 +44,8 @@ Options:
   --config <file>            The MCP servers (required)
   --http <port>              Serve Streamable HTTP at http://<host>:<port>/mcp instead of stdio (0: a free port)
   --host <address>           Address to bind with --http (default ${DEFAULT_HTTP_HOST}: this machine only)
+  --session-idle <minutes>   With --http, close a client's session after this long without a request
+                             (default ${DEFAULT_SESSION_IDLE_MS / 60_000}; the client then initializes a new one)
   --timeout <ms>             Deadline of one execution (default ${DEFAULT_GATEWAY_TIMEOUT_MS})
   --memory <MiB>             Heap cap of one execution (default ${DEFAULT_MEMORY_LIMIT_BYTES / 1024 / 1024})
   --max-output-tokens <n>    Most tokens of text one execution returns; the rest is cut, with a note
@@ -59,6 +64,7 @@ const flags = {
   config: { type: "string" },
   http: { type: "string" },
   host: { type: "string" },
+  "session-idle": { type: "string" },
   timeout: { type: "string" },
   memory: { type: "string" },
   "max-output-tokens": { type: "string" },
@@ -84,6 +90,13 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   if (positionals.length > 0) throw new UsageError(`unexpected argument ${positionals[0]}`);
   if (values.config === undefined) throw new UsageError("missing --config <mcp.json>");
   if (values.host !== undefined && values.http === undefined) throw new UsageError("--host needs --http <port>");
+  if (values["session-idle"] !== undefined && values.http === undefined) {
+    throw new UsageError("--session-idle needs --http <port>");
+  }
+  const sessionIdleMs =
+    values["session-idle"] === undefined
+      ? DEFAULT_SESSION_IDLE_MS
+      : positiveInteger("--session-idle", values["session-idle"], MAX_SESSION_IDLE_MINUTES, "minutes") * 60_000;
   const port = values.http === undefined ? undefined : portNumber(values.http);
   const timeoutMs =
     values.timeout === undefined
@@ -152,7 +165,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       await serving.close();
     } else {
       const host = values.host ?? DEFAULT_HTTP_HOST;
-      const serving = await serveGatewayHttp(gateway, { port, host });
+      const serving = await serveGatewayHttp(gateway, { port, host, sessionIdleMs });
       log(`listening on ${serving.url}`);
       if (host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
         log(`warning: bound to ${host}: anyone who can reach it can run programs against the upstream tools`);

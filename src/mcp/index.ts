@@ -39,6 +39,7 @@ export { callResultErrorMessage, callResultToValue, type McpCallResult, type Mcp
 export {
   DEFAULT_HTTP_HOST,
   DEFAULT_HTTP_PATH,
+  DEFAULT_SESSION_IDLE_MS,
   type HttpServing,
   MAX_HTTP_BODY_BYTES,
   type ServeHttpOptions,

@@ -73,7 +73,16 @@ export interface ServeHttpOptions {
    * `[::1]`; otherwise any.
    */
   allowedHosts?: string[];
+  /**
+   * A session with no request in progress for this long is closed (a client that went away without DELETE would
+   * otherwise keep its server forever); its client gets 404 and initializes again. Default
+   * `DEFAULT_SESSION_IDLE_MS` (30 minutes); `Infinity` keeps sessions until DELETE.
+   */
+  sessionIdleMs?: number;
 }
+
+/** Default `sessionIdleMs`. */
+export const DEFAULT_SESSION_IDLE_MS = 30 * 60_000;
 
 export interface HttpServing {
   /** The endpoint, for example `http://127.0.0.1:3000/mcp`. */
@@ -88,6 +97,9 @@ export interface HttpServing {
 interface Session {
   transport: StreamableHTTPServerTransport;
   close(): Promise<void>;
+  /** Requests in progress (an open GET stream counts), and when the last one began or ended. */
+  active: number;
+  lastActive: number;
 }
 
 /** Serves the gateway over Streamable HTTP: each client that initializes gets its own session and MCP server. */
@@ -95,7 +107,33 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   const host = options.host ?? DEFAULT_HTTP_HOST;
   const path = options.path ?? DEFAULT_HTTP_PATH;
   const allowedHosts = options.allowedHosts ?? (isLoopback(host) ? ["localhost", "127.0.0.1", "[::1]"] : null);
+  const idleMs = options.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
+  if (typeof idleMs !== "number" || !(idleMs > 0)) {
+    throw new RangeError(`sessionIdleMs must be a positive number of ms (or Infinity), got ${String(idleMs)}`);
+  }
   const sessions = new Map<string, Session>();
+  /** Hands a request to its session's transport, which counts as activity until the response ends. */
+  const serve = (session: Session, req: IncomingMessage, res: ServerResponse, body?: unknown) => {
+    session.active++;
+    session.lastActive = performance.now();
+    res.once("close", () => {
+      session.active--;
+      session.lastActive = performance.now();
+    });
+    return session.transport.handleRequest(req, res, body);
+  };
+  const sweeper = Number.isFinite(idleMs)
+    ? setInterval(
+        () => {
+          const now = performance.now();
+          for (const session of sessions.values()) {
+            if (session.active === 0 && now - session.lastActive > idleMs) void session.close();
+          }
+        },
+        Math.min(idleMs / 2, 60_000),
+      )
+    : undefined;
+  sweeper?.unref();
 
   const openSession = async (): Promise<Session> => {
     const server = gateway.createServer();
@@ -108,6 +146,8 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     });
     session = {
       transport,
+      active: 0,
+      lastActive: performance.now(),
       close: async () => {
         const id = transport.sessionId;
         if (id !== undefined) sessions.delete(id);
@@ -144,13 +184,13 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       if (sessionId !== undefined) {
         const session = sessions.get(sessionId);
         if (session === undefined) return reply(res, 404, "Session not found: initialize a new session", -32001);
-        return session.transport.handleRequest(req, res, body);
+        return serve(session, req, res, body);
       }
       if (!isInitializeRequest(body)) {
         return reply(res, 400, "No session: the first request must be initialize (without an Mcp-Session-Id)");
       }
       const session = await openSession();
-      await session.transport.handleRequest(req, res, body);
+      await serve(session, req, res, body);
       // An initialize that failed leaves no session behind.
       if (session.transport.sessionId === undefined) await session.close();
       return;
@@ -159,7 +199,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       if (sessionId === undefined) return reply(res, 400, "Missing Mcp-Session-Id header");
       const session = sessions.get(sessionId);
       if (session === undefined) return reply(res, 404, "Session not found", -32001);
-      await session.transport.handleRequest(req, res);
+      await serve(session, req, res);
       if (req.method === "DELETE") await session.close();
       return;
     }
@@ -191,6 +231,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     },
     close() {
       closing ??= (async () => {
+        clearInterval(sweeper);
         await Promise.allSettled([...sessions.values()].map((session) => session.close()));
         await new Promise<void>((resolve) => {
           http.close(() => resolve());
