@@ -359,6 +359,37 @@ describe("over Streamable HTTP", () => {
     expect(noSession.status).toBe(400);
   });
 
+  it("requires the token of --token-env", async () => {
+    const guarded = spawn(
+      process.execPath,
+      [CLI, "serve", "--config", configPath, "--http", "0", "--token-env", "AIRLOCK_GATEWAY_TOKEN"],
+      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, AIRLOCK_GATEWAY_TOKEN: "t0ken" } },
+    );
+    let log = "";
+    guarded.stderr?.on("data", (chunk) => {
+      log += chunk;
+    });
+    try {
+      await waitFor(() => /listening on \S+ \(bearer token required\)/.test(log), 20_000, "the gateway to listen");
+      const endpoint = /listening on (\S+)/.exec(log)?.[1] ?? "";
+      const denied = await fetch(endpoint, { method: "POST", body: "{}" });
+      expect(denied.status).toBe(401);
+      const client = new Client({ name: "gateway-token-cli", version: "1.0.0" });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(endpoint), {
+          requestInit: { headers: { authorization: "Bearer t0ken" } },
+        }),
+      );
+      expect((await client.listTools()).tools.map((tool) => tool.name)).toContain("execute");
+      await client.close();
+    } finally {
+      // SIGTERM, so that it stops its upstream servers too.
+      const exited = new Promise((resolve) => guarded.once("exit", resolve));
+      guarded.kill("SIGTERM");
+      await exited;
+    }
+  });
+
   it("stops on SIGTERM with its upstream servers", async () => {
     const children = childrenOf(child.pid as number);
     expect(children.length).toBeGreaterThanOrEqual(3);
@@ -392,10 +423,20 @@ describe("errors at start", () => {
     );
   });
 
-  it("exits 2 for a session idle time without --http, or one that is not a number of minutes", async () => {
+  it("exits 2 for HTTP flags without --http, an unset token variable, or a bad session idle time", async () => {
     const config = { mcpServers: { data: paged("--tools", "1") } };
     const alone = await serve(config, ["--session-idle", "5"]);
     expect([alone.code, alone.stderr]).toEqual([2, expect.stringContaining("--session-idle needs --http <port>")]);
+    const tokenAlone = await serve(config, ["--token-env", "AIRLOCK_TEST_TOKEN"]);
+    expect([tokenAlone.code, tokenAlone.stderr]).toEqual([
+      2,
+      expect.stringContaining("--token-env needs --http <port>"),
+    ]);
+    const unset = await serve(config, ["--http", "0", "--token-env", "AIRLOCK_TEST_TOKEN_UNSET"]);
+    expect([unset.code, unset.stderr]).toEqual([
+      2,
+      expect.stringContaining("--token-env: environment variable AIRLOCK_TEST_TOKEN_UNSET is not set"),
+    ]);
     const bad = await serve(config, ["--http", "0", "--session-idle", "soon"]);
     expect([bad.code, bad.stderr]).toEqual([
       2,
@@ -442,6 +483,41 @@ describe("the gateway as a library", () => {
       expect(JSON.parse(textOf(run))).toEqual({ grown: 1 });
     } finally {
       await client.close();
+      await gateway.close();
+    }
+  });
+
+  it("requires the bearer token it was given from every HTTP request", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } }, { poolSize: 1 });
+    await expect(serveGatewayHttp(gateway, { port: 0, bearerToken: "has space" })).rejects.toThrow(/bearerToken/);
+    const token = "s3cret-Token_123";
+    const serving = await serveGatewayHttp(gateway, { port: 0, bearerToken: token });
+    const client = new Client({ name: "gateway-token-test", version: "1.0.0" });
+    try {
+      for (const authorization of [undefined, "Bearer wrong", `Bearer ${token}x`, `Basic ${token}`, token]) {
+        const response = await fetch(serving.url, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            accept: "application/json, text/event-stream",
+            ...(authorization === undefined ? {} : { authorization }),
+          },
+          body: "{}",
+        });
+        expect([authorization, response.status]).toEqual([authorization, 401]);
+        expect(response.headers.get("www-authenticate")).toBe('Bearer realm="airlock"');
+      }
+      expect(serving.sessions).toBe(0);
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(serving.url), {
+          requestInit: { headers: { authorization: `Bearer ${token}` } },
+        }),
+      );
+      const run = await client.callTool({ name: "execute", arguments: { code: "return 6 * 7" } });
+      expect(textOf(run)).toBe("42");
+    } finally {
+      await client.close();
+      await serving.close();
       await gateway.close();
     }
   });

@@ -44,6 +44,7 @@ Options:
   --config <file>            The MCP servers (required)
   --http <port>              Serve Streamable HTTP at http://<host>:<port>/mcp instead of stdio (0: a free port)
   --host <address>           Address to bind with --http (default ${DEFAULT_HTTP_HOST}: this machine only)
+  --token-env <VAR>          With --http, require Authorization: Bearer <the value of environment variable VAR>
   --session-idle <minutes>   With --http, close a client's session after this long without a request
                              (default ${DEFAULT_SESSION_IDLE_MS / 60_000}; the client then initializes a new one)
   --timeout <ms>             Deadline of one execution (default ${DEFAULT_GATEWAY_TIMEOUT_MS})
@@ -65,6 +66,7 @@ const flags = {
   http: { type: "string" },
   host: { type: "string" },
   "session-idle": { type: "string" },
+  "token-env": { type: "string" },
   timeout: { type: "string" },
   memory: { type: "string" },
   "max-output-tokens": { type: "string" },
@@ -93,6 +95,10 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   if (values["session-idle"] !== undefined && values.http === undefined) {
     throw new UsageError("--session-idle needs --http <port>");
   }
+  if (values["token-env"] !== undefined && values.http === undefined) {
+    throw new UsageError("--token-env needs --http <port>");
+  }
+  const bearerToken = values["token-env"] === undefined ? undefined : tokenFrom(values["token-env"]);
   const sessionIdleMs =
     values["session-idle"] === undefined
       ? DEFAULT_SESSION_IDLE_MS
@@ -165,10 +171,12 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       await serving.close();
     } else {
       const host = values.host ?? DEFAULT_HTTP_HOST;
-      const serving = await serveGatewayHttp(gateway, { port, host, sessionIdleMs });
-      log(`listening on ${serving.url}`);
-      if (host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
-        log(`warning: bound to ${host}: anyone who can reach it can run programs against the upstream tools`);
+      const serving = await serveGatewayHttp(gateway, { port, host, sessionIdleMs, bearerToken });
+      log(`listening on ${serving.url}${bearerToken === undefined ? "" : " (bearer token required)"}`);
+      if (bearerToken === undefined && host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
+        log(
+          `warning: bound to ${host} without --token-env: anyone who can reach it can run programs against the upstream tools`,
+        );
       }
       await stopped;
       await serving.close();
@@ -180,6 +188,17 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
     process.off("SIGTERM", onTerm);
   }
   return EXIT_OK;
+}
+
+/** The bearer token from an environment variable (never from the command line, which other users can see). */
+function tokenFrom(variable: string): string {
+  const token = process.env[variable];
+  if (token === undefined || token === "")
+    throw new UsageError(`--token-env: environment variable ${variable} is not set`);
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    throw new UsageError(`--token-env: ${variable} must hold printable ASCII without spaces`);
+  }
+  return token;
 }
 
 function portNumber(value: string): number {

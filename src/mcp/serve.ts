@@ -1,5 +1,5 @@
 /** Serving a gateway to MCP clients: over stdio (one client), or Streamable HTTP (a session per client). */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Readable, Writable } from "node:stream";
@@ -79,6 +79,11 @@ export interface ServeHttpOptions {
    * `DEFAULT_SESSION_IDLE_MS` (30 minutes); `Infinity` keeps sessions until DELETE.
    */
   sessionIdleMs?: number;
+  /**
+   * When set, every request must carry `Authorization: Bearer <token>`; others get 401. Anyone who can reach the
+   * endpoint can otherwise run programs against the upstream tools: set one whenever it is reachable from elsewhere.
+   */
+  bearerToken?: string;
 }
 
 /** Default `sessionIdleMs`. */
@@ -111,6 +116,12 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   if (typeof idleMs !== "number" || !(idleMs > 0)) {
     throw new RangeError(`sessionIdleMs must be a positive number of ms (or Infinity), got ${String(idleMs)}`);
   }
+  const token = options.bearerToken;
+  if (token !== undefined && (typeof token !== "string" || !/^[\x21-\x7e]+$/.test(token))) {
+    throw new TypeError("bearerToken must be a non-empty string of printable ASCII without spaces");
+  }
+  // Compared as digests, in constant time: the comparison tells nothing about the token's length or prefix.
+  const tokenDigest = token === undefined ? undefined : sha256(token);
   const sessions = new Map<string, Session>();
   /** Hands a request to its session's transport, which counts as activity until the response ends. */
   const serve = (session: Session, req: IncomingMessage, res: ServerResponse, body?: unknown) => {
@@ -171,6 +182,13 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     const origin = header(req, "origin");
     if (allowedHosts !== null && origin !== undefined && !allowedHosts.includes(originHost(origin))) {
       return reply(res, 403, `Origin ${JSON.stringify(origin)} is not allowed`);
+    }
+    if (tokenDigest !== undefined) {
+      const given = /^Bearer (\S+)$/i.exec(header(req, "authorization") ?? "")?.[1];
+      if (given === undefined || !timingSafeEqual(sha256(given), tokenDigest)) {
+        res.setHeader("www-authenticate", 'Bearer realm="airlock"');
+        return reply(res, 401, "Unauthorized: send Authorization: Bearer <token>");
+      }
     }
     if (url.pathname !== path) return reply(res, 404, `Not found: the MCP endpoint is ${path}`);
     const sessionId = header(req, "mcp-session-id");
@@ -241,6 +259,10 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       return closing;
     },
   };
+}
+
+function sha256(text: string): Buffer {
+  return createHash("sha256").update(text).digest();
 }
 
 function reply(res: ServerResponse, status: number, message: string, code = -32000): void {
