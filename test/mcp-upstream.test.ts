@@ -334,6 +334,27 @@ describe("Streamable HTTP upstream", () => {
       child?.kill("SIGKILL");
     }
   });
+
+  it("fails a call when the server dies while it runs, instead of waiting for the deadline", async () => {
+    const port = await freePort();
+    child = await startHttpServer(port);
+    const own = await McpToolset.connect({ mcpServers: { web: { url: `http://127.0.0.1:${port}/mcp` } } });
+    const ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools, timeoutMs: 30_000 });
+    try {
+      const running = ownSandbox.execute(
+        "return await tools.web__trigger_long_running_operation({ duration: 20, steps: 4 });",
+      );
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      child.kill("SIGKILL");
+      const result = await running;
+      // Not "timeout": the call failed as soon as the server did not answer a ping after its stream broke.
+      expect(!result.ok && result.error.kind).toBe("script");
+      expect(!result.ok && result.error.message).toMatch(/server "web"/);
+    } finally {
+      await ownSandbox.close();
+      await own.close();
+    }
+  });
 });
 
 describe("allow-list and read-only mode", () => {

@@ -22,6 +22,8 @@ export const STDERR_TAIL_CHARS = 4000;
 export const STDIO_EXIT_GRACE_MS = 300;
 /** How long closing waits for an HTTP server to confirm the end of its session. */
 export const HTTP_TERMINATE_TIMEOUT_MS = 1000;
+/** How long an HTTP server has to answer a ping after one of its response streams broke. */
+export const HTTP_PROBE_TIMEOUT_MS = 5000;
 /** Lines of that stderr shown in an error message. */
 export const STDERR_TAIL_LINES = 20;
 
@@ -267,6 +269,21 @@ export class McpUpstream {
       transport = stdio;
     } else {
       transport = new StreamableHTTPClientTransport(spec.url, { requestInit: { headers: spec.headers } });
+      // A response stream that broke (the server died, the network dropped) leaves its call pending until its deadline
+      // unless the stream resumes. A server that does not answer a ping then is gone: the connection is dropped, which
+      // fails its calls as lost now.
+      let probing = false;
+      client.onerror = (error) => {
+        if (probing || !/^(SSE stream disconnected|Failed to reconnect|Maximum reconnection)/.test(error.message))
+          return;
+        probing = true;
+        client.ping({ timeout: HTTP_PROBE_TIMEOUT_MS }).then(
+          () => {
+            probing = false;
+          },
+          () => this.drop(client),
+        );
+      };
     }
     client.onclose = () => {
       if (this.client === client) this.client = undefined;
