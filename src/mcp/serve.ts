@@ -138,7 +138,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
         () => {
           const now = performance.now();
           for (const session of sessions.values()) {
-            if (session.active === 0 && now - session.lastActive > idleMs) void session.close();
+            if (session.active === 0 && now - session.lastActive > idleMs) session.close().catch(() => {});
           }
         },
         Math.min(idleMs / 2, 60_000),
