@@ -17,11 +17,27 @@ const echo = { name: "echo", execute: async (args) => args };
 const sleep10 = { name: "sleep", execute: () => new Promise((resolve) => setTimeout(() => resolve(1), 10)) };
 const tools = [echo, sleep10];
 
-async function perCall(sandbox, iterations) {
-  // 1,000 sequential calls per execution, so that the execution's own cost and timer noise are small next to them.
-  const base = await timeEach(sandbox, "for (let i = 0; i < 0; i++) await tools.echo(i); return 1;", iterations);
-  const calls = await timeEach(sandbox, "for (let i = 0; i < 1000; i++) await tools.echo(i); return 1;", iterations);
-  return ((calls - base) / 1000) * 1000; // us per call
+/**
+ * Per-call cost of Airlock and pi in us: 1,000 sequential calls per execution (so that the execution's own cost and
+ * timer noise are small next to them), minus an execution without calls. The two are measured in alternation, a few
+ * executions each in turn, so that this machine's drifts hit both alike.
+ */
+async function perCall(airlock, pi, rounds) {
+  const loop = (n) => `for (let i = 0; i < ${n}; i++) await tools.echo(i); return 1;`;
+  const samples = { airlock: { base: [], calls: [] }, pi: { base: [], calls: [] } };
+  for (let round = 0; round < rounds; round++) {
+    for (const [name, sandbox, each] of [
+      ["airlock", airlock, 3],
+      ["pi", pi, 1],
+    ]) {
+      samples[name].base.push(await timeEach(sandbox, loop(0), each));
+      samples[name].calls.push(await timeEach(sandbox, loop(1000), each));
+      // pi ends each execution's worker thread in the background: let that finish before the other side is timed.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  const perCallUs = ({ base, calls }) => ((median(calls) - median(base)) / 1000) * 1000;
+  return [perCallUs(samples.airlock), perCallUs(samples.pi)];
 }
 
 async function stopLateness(sandbox, iterations) {
@@ -105,8 +121,8 @@ row(
 );
 
 // 2. per-call cost of 100 sequential echo calls in one execution
-row("2. tool call, worker (per call)", "us", await perCall(airWorker, n(21, 5)), await perCall(piWorker, n(9, 3)));
-row("2. tool call, inline (per call)", "us", await perCall(airInline, n(21, 5)), await perCall(piInline, n(9, 3)));
+row("2. tool call, worker (per call)", "us", ...(await perCall(airWorker, piWorker, n(9, 3))));
+row("2. tool call, inline (per call)", "us", ...(await perCall(airInline, piInline, n(9, 3))));
 
 // 3. interpreter-bound loop
 const loop = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
