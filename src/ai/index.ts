@@ -9,7 +9,13 @@ import { toCodemodeIdentifier } from "../identifier.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
-import type { CodemodeError, CodemodeHostCall, CodemodeOutputItem, CodemodeResult } from "../types.ts";
+import type {
+  CodemodeDeclaredTool,
+  CodemodeError,
+  CodemodeHostCall,
+  CodemodeOutputItem,
+  CodemodeResult,
+} from "../types.ts";
 
 /** What `toModelOutput` returns (the AI SDK does not export the type by name). */
 type ToolResultOutput = Awaited<ReturnType<NonNullable<Tool["toModelOutput"]>>>;
@@ -68,6 +74,12 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   const callable = selectTools(options.tools);
   const byName = new Map(callable.map((entry) => [entry.name, entry]));
   const catalog = callable.map(toToolLike);
+  // What every program declares to its sandbox: the same for all of them, so built once.
+  const declared = callable.map((entry) => ({
+    name: entry.name,
+    jsName: entry.id,
+    description: entry.tool.description ?? "",
+  }));
   // A large catalog is declared as an index; programs then get describeTool() to read a tool's full declaration.
   const indexed = catalog.length > INDEX_THRESHOLD_TOOLS;
   const declarations = indexed
@@ -89,7 +101,7 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
       run(
         sandbox(),
         code,
-        { byName, callable, describe: indexed ? (name) => describeTool(catalog, name) : undefined },
+        { byName, declared, describe: indexed ? (name) => describeTool(catalog, name) : undefined },
         timeoutMs,
         context,
       ),
@@ -162,10 +174,13 @@ function describe(purpose: string | undefined, declarations: string, timeoutMs: 
   ].join("\n");
 }
 
+/** A call's answer, before its value is turned into JSON. */
+type Answer = { ok: true; value: unknown } | { ok: false; message: string };
+
 /** What a program of the code tool can call. */
 interface Catalog {
   byName: Map<string, Callable>;
-  callable: Callable[];
+  declared: CodemodeDeclaredTool[];
   /** The global `describeTool(name)`, offered when the catalog is declared as an index. */
   describe: ((name: string) => string) | undefined;
 }
@@ -205,7 +220,7 @@ async function run(
   const controllers = new Set<AbortController>();
   let seq = 0;
   let calls = 0;
-  const deliver = (id: number, outcome: { ok: true; value: unknown } | { ok: false; message: string }) => {
+  const deliver = (id: number, outcome: Answer) => {
     if (running.finished) return;
     try {
       running.deliver(++seq, Date.now(), id, outcome.ok ? { ok: true, value: toJson(outcome.value) } : outcome);
@@ -243,7 +258,7 @@ async function run(
         abortSignal: controller.signal,
       });
     };
-    const settle = (outcome: { ok: true; value: unknown } | { ok: false; message: string }) => {
+    const settle = (outcome: Answer) => {
       context.abortSignal?.removeEventListener("abort", onAbort);
       controllers.delete(controller);
       deliver(call.id, outcome);
@@ -256,11 +271,7 @@ async function run(
   const running = sandbox.start(script, {
     startedAt: Date.now(),
     seed: Math.floor(Math.random() * 0xffffffff),
-    tools: catalog.callable.map((entry) => ({
-      name: entry.name,
-      jsName: entry.id,
-      description: entry.tool.description ?? "",
-    })),
+    tools: catalog.declared,
     globals: catalog.describe === undefined ? [] : [{ name: "describeTool" }],
     timeoutMs,
     ...(context.abortSignal === undefined ? {} : { signal: context.abortSignal }),
