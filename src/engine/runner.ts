@@ -28,7 +28,7 @@ import { GuestVm, Interrupted, JSException, MANY_ZERO_PAGES, type VmImage, type 
 
 /** VMs booted besides the first, so that executions in a row need not wait for a reset. */
 const SPARE_VMS = 1;
-/** Bytes of the image copied per step of a gradual reset (about 20-30 us each). */
+/** Bytes of the image copied per step of a gradual whole-image reset (about 20-30 us each). */
 const RESET_CHUNK_BYTES = 256 * 1024;
 /**
  * A VM that once wrote many of the image's zero pages (a deep recursion, a large allocation) is replaced by a new
@@ -268,8 +268,9 @@ export class VmRunner {
   }
 
   /**
-   * Returns a VM after its execution ended. The reset runs after the result went out, in steps that let messages
-   * through, so it stays off the latency path; a run that needs the VM before then finishes the reset at once.
+   * Returns a VM after its execution ended. The reset runs after the result went out, so it stays off the latency
+   * path: restoring the pages the execution wrote takes one step; a whole-image reset (a module without write
+   * tracking) goes in steps that let messages through. A run that needs the VM before then finishes the reset at once.
    */
   private recycle(vm: GuestVm, image: VmImage): void {
     if (vm.peakZeroPagesWritten >= MANY_ZERO_PAGES && vm.quietResets >= RENEW_AFTER_QUIET_RESETS) {

@@ -2,7 +2,10 @@
  * One QuickJS instance and its post-prelude memory image.
  *
  * A VM is booted once (create, prelude, capture the image) and then reused: after every execution its linear memory
- * is copied back from the image, which puts it in exactly its post-prelude state in well under a millisecond. This
+ * is restored from the image, which puts it in exactly its post-prelude state in well under a millisecond. With the
+ * module instrumented by write-tracking.ts, only the pages the execution wrote are restored (the guest's stores and
+ * bulk operations mark them; the host marks its own writes: buffers it allocates through `wasm_malloc` and what the
+ * WASI functions write); otherwise the whole image is. This
  * reaches into quickjs-wasi internals (the instance's exports and the host-side wrapper), so the version is pinned and
  * a soak test compares reset VMs against fresh ones. The reset is sound only if all of this is restored:
  * 1. linear memory up to the image size;
@@ -13,11 +16,12 @@
  *    execution reach a retired wrapper and do nothing;
  * 5. host-side async work checks `generation` before touching the VM.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomFillSync } from "node:crypto";
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
+import { MAP_BASE, MAP_PAGES, MARK_EXPORT, PAGE_SHIFT } from "./write-tracking.ts";
 import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
 
 /** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
@@ -34,6 +38,8 @@ interface Exports extends ValueExports {
   qjs_set_memory_limit(limit: number): void;
   qjs_is_uncatchable_error(ptr: number): number;
   qjs_run_gc(): void;
+  /** Present in modules instrumented by write-tracking.ts. */
+  [MARK_EXPORT]?: (address: number, length: number) => void;
 }
 
 /** quickjs-wasi's private members this module relies on (pinned version). */
@@ -97,7 +103,11 @@ export type ImageSegment =
 export type HostCallback = (args: HostArgs) => Primitive;
 
 /** The unit of an image's segments and of the zero-page checks. */
-const PAGE_BYTES = 4096;
+const PAGE_BYTES = 1 << PAGE_SHIFT;
+const WASI_ERRNO_BADF = 8;
+const WASI_FILETYPE_CHARACTER_DEVICE = 2;
+/** Bytes at the start of the page after a written one that a store straddling the boundary may have reached. */
+const STRADDLE_BYTES = 16;
 /** Zero pages (256 KiB) one execution may write before its instance counts as slower to reset. */
 export const MANY_ZERO_PAGES = 64;
 
@@ -123,15 +133,31 @@ export class GuestVm {
 
   private wrapper!: QuickJS;
   private exports!: Exports;
+  /** Marks host writes as written, in a module instrumented by write-tracking.ts. */
+  private readonly markWritten: ((address: number, length: number) => void) | undefined;
   private readonly zeroPages: ZeroPages | undefined;
   private readonly values: GuestValues;
   private entries?: EntryPoints;
 
   private constructor(
     private readonly options: VmOptions,
-    private instance: WebAssembly.Instance,
+    instance: WebAssembly.Instance,
   ) {
-    this.exports = instance.exports as unknown as Exports;
+    const raw = instance.exports as unknown as Exports;
+    const mark = raw[MARK_EXPORT];
+    this.markWritten = mark;
+    // The host writes into the memory only through buffers it allocates (strings, argument vectors) and in the WASI
+    // functions below: allocations made for the host are marked as written whole.
+    this.exports = mark
+      ? {
+          ...raw,
+          wasm_malloc: (size: number) => {
+            const ptr = raw.wasm_malloc(size);
+            if (ptr !== 0 && size > 0) mark(ptr, size);
+            return ptr;
+          },
+        }
+      : raw;
     this.zeroPages = zeroPagesFor(this.exports.memory);
     this.values = new GuestValues(this.exports, {
       read: (box) => new JSValueHandle(this.wrapper, box, false, true).toString(),
@@ -168,8 +194,8 @@ export class GuestVm {
     });
     vm.entries = handles;
     vm.dirty = true;
-    // The headroom was written (allocated and cleared) on the way to the image.
-    vm.peakZeroPagesWritten = IMAGE_HEAP_HEADROOM_BYTES / PAGE_BYTES;
+    // The headroom was written (allocated and cleared) on the way to the image; checking it costs full resets more.
+    if (!vm.markWritten) vm.peakZeroPagesWritten = IMAGE_HEAP_HEADROOM_BYTES / PAGE_BYTES;
     return { vm, image };
   }
 
@@ -192,6 +218,8 @@ export class GuestVm {
     // with a full collection of the image's objects. Short executions never need one: move it into the headroom.
     w.gcThreshold = w.getAllocatedSize() + IMAGE_HEAP_HEADROOM_BYTES / 2;
     const memory = new Uint8Array(ex.memory.buffer);
+    // Everything written so far is part of the image: tracking starts over from it.
+    if (this.markWritten) memory.fill(0, MAP_BASE, MAP_BASE + MAP_PAGES);
     return {
       byteLength: memory.byteLength,
       segments: segmentsOf(memory),
@@ -244,6 +272,7 @@ export class GuestVm {
         const view = new DataView(memory.buffer);
         let total = 0;
         for (let i = 0; i < iovsLen; i++) total += view.getUint32(iovsPtr + i * 8 + 4, true);
+        vm?.markWritten?.(nwrittenPtr, 4);
         view.setUint32(nwrittenPtr, total, true);
         return 0;
       },
@@ -251,7 +280,26 @@ export class GuestVm {
         const clock = vm?.clock ?? frozenClock;
         const ms = clockId === 0 ? clock.realtimeMs() : clock.monotonicMs();
         const memory = vm?.exports.memory;
-        if (memory) new DataView(memory.buffer).setBigUint64(resultPtr, BigInt(Math.round(ms * 1e6)), true);
+        if (!memory) return 0;
+        vm?.markWritten?.(resultPtr, 8);
+        new DataView(memory.buffer).setBigUint64(resultPtr, BigInt(Math.round(ms * 1e6)), true);
+        return 0;
+      },
+      // The other WASI functions that write into the memory, so that their writes are marked too.
+      fd_fdstat_get(fd: number, statPtr: number) {
+        const memory = vm?.exports.memory;
+        if (!memory) return 0;
+        if (fd !== 1 && fd !== 2) return WASI_ERRNO_BADF;
+        vm?.markWritten?.(statPtr, 24);
+        new Uint8Array(memory.buffer, statPtr, 24).fill(0);
+        new DataView(memory.buffer).setUint8(statPtr, WASI_FILETYPE_CHARACTER_DEVICE);
+        return 0;
+      },
+      random_get(bufferPtr: number, length: number) {
+        const memory = vm?.exports.memory;
+        if (!memory) return 0;
+        vm?.markWritten?.(bufferPtr, length);
+        randomFillSync(new Uint8Array(memory.buffer, bufferPtr, length));
         return 0;
       },
     });
@@ -261,6 +309,8 @@ export class GuestVm {
   }
 
   private image?: VmImage;
+  /** Pages the last reset restored: those marked as written, or every page of the image in a whole reset. */
+  restoredPages = 0;
   /** True when the VM has run guest code since its last reset. */
   dirty = false;
   /** Resets in a row, up to the last, that each filled fewer than MANY_ZERO_PAGES zero pages. */
@@ -278,7 +328,8 @@ export class GuestVm {
   private bindWrapper(): void {
     const previous = this.wrapper;
     const w = new WrapperCtor(this.options.module);
-    (w as unknown as WrapperInternals).setInstance(this.instance);
+    // The wrapper reaches the module through these exports (the host's allocations marked as written).
+    (w as unknown as WrapperInternals).setInstance({ exports: this.exports } as unknown as WebAssembly.Instance);
     Statics.applyLimits(w, {
       maxStackSize: this.options.maxStackSize,
       interruptHandler: () => this.interrupt(),
@@ -317,8 +368,14 @@ export class GuestVm {
     this.resetToken++;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
+    if (this.canRestoreWritten(image)) {
+      this.restoreWritten(image);
+      this.completeReset(image);
+      return true;
+    }
     const grownFrom = this.growTo(image);
     for (const segment of image.segments) this.restore(segment, segment.from, segment.to, grownFrom);
+    this.restoredPages = image.byteLength / PAGE_BYTES;
     this.completeReset(image);
     return true;
   }
@@ -332,6 +389,12 @@ export class GuestVm {
     const token = ++this.resetToken;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
+    if (this.canRestoreWritten(image)) {
+      // Restoring the written pages takes microseconds: no steps needed.
+      this.restoreWritten(image);
+      this.completeReset(image);
+      return true;
+    }
     const grownFrom = this.growTo(image);
     for (const segment of image.segments) {
       for (let offset = segment.from; offset < segment.to; offset += chunkBytes) {
@@ -340,11 +403,61 @@ export class GuestVm {
         if (token !== this.resetToken) return true;
       }
     }
+    this.restoredPages = image.byteLength / PAGE_BYTES;
     this.completeReset(image);
     return true;
   }
 
   private resetToken = 0;
+
+  /**
+   * True when restoring the pages marked as written suffices: the module tracks writes and the memory held exactly
+   * this image when tracking last started (its reset to it, or its capture).
+   */
+  private canRestoreWritten(image: VmImage): boolean {
+    return (
+      this.markWritten !== undefined &&
+      this.image === image &&
+      image.byteLength <= MAP_PAGES * PAGE_BYTES &&
+      this.exports.memory.buffer.byteLength === image.byteLength
+    );
+  }
+
+  /** Restores the pages marked as written (see write-tracking.ts) from the image and clears the marks. */
+  private restoreWritten(image: VmImage): void {
+    const memory = new Uint8Array(this.exports.memory.buffer);
+    const sources = pageSourcesOf(image);
+    const pages = sources.length;
+    const map = memory.subarray(MAP_BASE, MAP_BASE + MAP_PAGES);
+    const words = new Int32Array(memory.buffer, MAP_BASE, MAP_PAGES / 4);
+    let zeroPagesWritten = 0;
+    let restored = 0;
+    for (let word = 0; word < words.length; word++) {
+      if (words[word] === 0) continue;
+      for (let page = word * 4; page < word * 4 + 4 && page < pages; page++) {
+        if (map[page] === 0) continue;
+        restored++;
+        const at = page * PAGE_BYTES;
+        const source = sources[page];
+        if (source) memory.set(source, at);
+        else {
+          memory.fill(0, at, at + PAGE_BYTES);
+          zeroPagesWritten++;
+        }
+        // A store that began near the end of this page may have reached into the next one; bulk writes and the
+        // host's mark every page they touch.
+        const next = page + 1;
+        if (next < pages && map[next] === 0) {
+          const nextSource = sources[next];
+          if (nextSource) memory.set(nextSource.subarray(0, STRADDLE_BYTES), at + PAGE_BYTES);
+          else memory.fill(0, at + PAGE_BYTES, at + PAGE_BYTES + STRADDLE_BYTES);
+        }
+      }
+    }
+    map.fill(0);
+    this.restoredPages = restored;
+    this.zeroPagesWritten += zeroPagesWritten;
+  }
 
   private canReset(image: VmImage): boolean {
     // A VM whose memory grew past the image needs a new instance: the allocator would keep growing otherwise.
@@ -392,8 +505,11 @@ export class GuestVm {
     this.entries = entries;
     this.image = image;
     this.dirty = false;
-    this.quietResets = this.zeroPagesWritten >= MANY_ZERO_PAGES ? 0 : this.quietResets + 1;
-    this.peakZeroPagesWritten = Math.max(this.peakZeroPagesWritten, this.zeroPagesWritten);
+    // Only full resets check the zero pages, so only they get slower once many were written (see peakZeroPagesWritten).
+    if (!this.markWritten) {
+      this.quietResets = this.zeroPagesWritten >= MANY_ZERO_PAGES ? 0 : this.quietResets + 1;
+      this.peakZeroPagesWritten = Math.max(this.peakZeroPagesWritten, this.zeroPagesWritten);
+    }
     this.zeroPagesWritten = 0;
   }
 
@@ -472,6 +588,24 @@ function segmentsOf(memory: Uint8Array): ImageSegment[] {
     else data.push({ from, to, zero, data: memory.slice(from, to) });
   }
   return [...zeros, ...data];
+}
+
+const pageSources = new WeakMap<VmImage, (Uint8Array | undefined)[]>();
+
+/** The image's bytes page by page (undefined for an all-zero page), for restoring single pages. */
+function pageSourcesOf(image: VmImage): (Uint8Array | undefined)[] {
+  let sources = pageSources.get(image);
+  if (!sources) {
+    sources = new Array<Uint8Array | undefined>(image.byteLength / PAGE_BYTES).fill(undefined);
+    for (const segment of image.segments) {
+      if (segment.zero) continue;
+      for (let at = segment.from; at < segment.to; at += PAGE_BYTES) {
+        sources[at / PAGE_BYTES] = segment.data.subarray(at - segment.from, at - segment.from + PAGE_BYTES);
+      }
+    }
+    pageSources.set(image, sources);
+  }
+  return sources;
 }
 
 /** The interrupt poll between promise jobs fired. */

@@ -5,11 +5,10 @@
  *
  * argv[2] is a JSON object of ChildConfig.
  */
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { WORKER_MAX_STACK_SIZE } from "../engine/limits.ts";
 import { type HostCommand, PROTOCOL_VERSION, type VmEvent } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
+import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { encodeFrame, FrameReader } from "./frames.ts";
 
 export interface ChildConfig {
@@ -50,9 +49,8 @@ function main(): void {
     (console as unknown as Record<string, unknown>)[name] = toStderr;
   }
   const config = parseConfig(process.argv[2]);
-  const wasm = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
   const runner = new VmRunner({
-    module: new WebAssembly.Module(wasm),
+    module: loadQuickJSWasm(),
     maxStackSize: WORKER_MAX_STACK_SIZE,
     maxVms: config.maxVms,
     emit: (event) => {
