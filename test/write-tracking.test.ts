@@ -9,15 +9,17 @@ import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import wabtInit from "wabt";
 import {
+  BLOCK_SHIFT,
   GUARD_END,
   instrumentWrites,
   MAP_BASE,
-  MAP_PAGES,
+  MAP_BLOCKS,
   MARK_EXPORT,
   WasmRewriteError,
 } from "../dist/engine/write-tracking.js";
 
-const PAGE = 4096;
+/** The tracking unit: the tests below mark and read blocks of this size. */
+const PAGE = 1 << BLOCK_SHIFT;
 
 async function assemble(source: string): Promise<Uint8Array> {
   const wabt = await wabtInit();
@@ -68,9 +70,9 @@ async function instrumented(): Promise<Probe> {
   return instance.exports as unknown as Probe;
 }
 
-/** The pages marked as written, read from the map. */
+/** The blocks marked as written, read from the map. */
 function marked(memory: WebAssembly.Memory): number[] {
-  const map = new Uint8Array(memory.buffer, MAP_BASE, MAP_PAGES);
+  const map = new Uint8Array(memory.buffer, MAP_BASE, MAP_BLOCKS);
   const pages: number[] = [];
   map.forEach((byte, page) => {
     if (byte !== 0) pages.push(page);
@@ -79,7 +81,7 @@ function marked(memory: WebAssembly.Memory): number[] {
 }
 
 function clear(memory: WebAssembly.Memory): void {
-  new Uint8Array(memory.buffer, MAP_BASE, MAP_PAGES).fill(0);
+  new Uint8Array(memory.buffer, MAP_BASE, MAP_BLOCKS).fill(0);
 }
 
 describe("write tracking", () => {
@@ -133,6 +135,8 @@ describe("write tracking", () => {
     }
     expect(() => m.fill(MAP_BASE + 10, 4)).toThrow(WebAssembly.RuntimeError);
     expect(() => m.copy(0, 16)).toThrow(WebAssembly.RuntimeError);
+    // A range larger than the map covers could only be written in a memory the VM would be replaced for.
+    expect(() => m.fill(GUARD_END, MAP_BLOCKS * PAGE + 1)).toThrow(WebAssembly.RuntimeError);
     expect(marked(m.memory)).toEqual([]);
     // The first address above the guard is an ordinary store.
     m.store32(GUARD_END, 1);

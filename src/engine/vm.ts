@@ -21,7 +21,7 @@ import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
-import { MAP_BASE, MAP_PAGES, MARK_EXPORT, PAGE_SHIFT } from "./write-tracking.ts";
+import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS, MARK_EXPORT } from "./write-tracking.ts";
 import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
 
 /** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
@@ -103,10 +103,12 @@ export type ImageSegment =
 export type HostCallback = (args: HostArgs) => Primitive;
 
 /** The unit of an image's segments and of the zero-page checks. */
-const PAGE_BYTES = 1 << PAGE_SHIFT;
+const PAGE_BYTES = 4096;
+/** The unit of write tracking (see write-tracking.ts). */
+const BLOCK_BYTES = 1 << BLOCK_SHIFT;
 const WASI_ERRNO_BADF = 8;
 const WASI_FILETYPE_CHARACTER_DEVICE = 2;
-/** Bytes at the start of the page after a written one that a store straddling the boundary may have reached. */
+/** Bytes at the start of the block after a written one that a store straddling the boundary may have reached. */
 const STRADDLE_BYTES = 16;
 /** Zero pages (256 KiB) one execution may write before its instance counts as slower to reset. */
 export const MANY_ZERO_PAGES = 64;
@@ -219,7 +221,7 @@ export class GuestVm {
     w.gcThreshold = w.getAllocatedSize() + IMAGE_HEAP_HEADROOM_BYTES / 2;
     const memory = new Uint8Array(ex.memory.buffer);
     // Everything written so far is part of the image: tracking starts over from it.
-    if (this.markWritten) memory.fill(0, MAP_BASE, MAP_BASE + MAP_PAGES);
+    if (this.markWritten) memory.fill(0, MAP_BASE, MAP_BASE + MAP_BLOCKS);
     return {
       byteLength: memory.byteLength,
       segments: segmentsOf(memory),
@@ -309,8 +311,8 @@ export class GuestVm {
   }
 
   private image?: VmImage;
-  /** Pages the last reset restored: those marked as written, or every page of the image in a whole reset. */
-  restoredPages = 0;
+  /** Bytes the last reset restored: the blocks marked as written, or the whole image. */
+  restoredBytes = 0;
   /** True when the VM has run guest code since its last reset. */
   dirty = false;
   /** Resets in a row, up to the last, that each filled fewer than MANY_ZERO_PAGES zero pages. */
@@ -375,7 +377,7 @@ export class GuestVm {
     }
     const grownFrom = this.growTo(image);
     for (const segment of image.segments) this.restore(segment, segment.from, segment.to, grownFrom);
-    this.restoredPages = image.byteLength / PAGE_BYTES;
+    this.restoredBytes = image.byteLength;
     this.completeReset(image);
     return true;
   }
@@ -403,7 +405,7 @@ export class GuestVm {
         if (token !== this.resetToken) return true;
       }
     }
-    this.restoredPages = image.byteLength / PAGE_BYTES;
+    this.restoredBytes = image.byteLength;
     this.completeReset(image);
     return true;
   }
@@ -411,51 +413,53 @@ export class GuestVm {
   private resetToken = 0;
 
   /**
-   * True when restoring the pages marked as written suffices: the module tracks writes and the memory held exactly
-   * this image when tracking last started (its reset to it, or its capture).
+   * True when restoring the blocks marked as written suffices: the module tracks writes and the memory held exactly
+   * this image when tracking last started (its reset to it, or its capture). A write past the image would have grown
+   * the memory, which the size check catches (and canReset replaces such a VM).
    */
   private canRestoreWritten(image: VmImage): boolean {
     return (
       this.markWritten !== undefined &&
       this.image === image &&
-      image.byteLength <= MAP_PAGES * PAGE_BYTES &&
+      image.byteLength <= MAP_BLOCKS * BLOCK_BYTES &&
       this.exports.memory.buffer.byteLength === image.byteLength
     );
   }
 
-  /** Restores the pages marked as written (see write-tracking.ts) from the image and clears the marks. */
+  /** Restores the blocks marked as written (see write-tracking.ts) from the image and clears the marks. */
   private restoreWritten(image: VmImage): void {
     const memory = new Uint8Array(this.exports.memory.buffer);
-    const sources = pageSourcesOf(image);
-    const pages = sources.length;
-    const map = memory.subarray(MAP_BASE, MAP_BASE + MAP_PAGES);
-    const words = new Int32Array(memory.buffer, MAP_BASE, MAP_PAGES / 4);
-    let zeroPagesWritten = 0;
+    const sources = blockSourcesOf(image);
+    const blocks = sources.length;
+    const map = memory.subarray(MAP_BASE, MAP_BASE + blocks);
+    const words = new Int32Array(memory.buffer, MAP_BASE, Math.ceil(blocks / 4));
     let restored = 0;
+    let zeroPagesWritten = 0;
     for (let word = 0; word < words.length; word++) {
       if (words[word] === 0) continue;
-      for (let page = word * 4; page < word * 4 + 4 && page < pages; page++) {
-        if (map[page] === 0) continue;
+      const end = Math.min(blocks, word * 4 + 4);
+      for (let block = word * 4; block < end; block++) {
+        if (map[block] === 0) continue;
         restored++;
-        const at = page * PAGE_BYTES;
-        const source = sources[page];
+        const at = block * BLOCK_BYTES;
+        const source = sources[block];
         if (source) memory.set(source, at);
         else {
-          memory.fill(0, at, at + PAGE_BYTES);
-          zeroPagesWritten++;
+          memory.fill(0, at, at + BLOCK_BYTES);
+          zeroPagesWritten += BLOCK_BYTES / PAGE_BYTES;
         }
-        // A store that began near the end of this page may have reached into the next one; bulk writes and the
-        // host's mark every page they touch.
-        const next = page + 1;
-        if (next < pages && map[next] === 0) {
+        // A store that began near the end of this block may have reached into the next one; bulk writes and the
+        // host's mark every block they touch.
+        const next = block + 1;
+        if (next < blocks && map[next] === 0) {
           const nextSource = sources[next];
-          if (nextSource) memory.set(nextSource.subarray(0, STRADDLE_BYTES), at + PAGE_BYTES);
-          else memory.fill(0, at + PAGE_BYTES, at + PAGE_BYTES + STRADDLE_BYTES);
+          if (nextSource) memory.set(nextSource.subarray(0, STRADDLE_BYTES), at + BLOCK_BYTES);
+          else memory.fill(0, at + BLOCK_BYTES, at + BLOCK_BYTES + STRADDLE_BYTES);
         }
       }
     }
     map.fill(0);
-    this.restoredPages = restored;
+    this.restoredBytes = restored * BLOCK_BYTES;
     this.zeroPagesWritten += zeroPagesWritten;
   }
 
@@ -590,20 +594,20 @@ function segmentsOf(memory: Uint8Array): ImageSegment[] {
   return [...zeros, ...data];
 }
 
-const pageSources = new WeakMap<VmImage, (Uint8Array | undefined)[]>();
+const blockSources = new WeakMap<VmImage, (Uint8Array | undefined)[]>();
 
-/** The image's bytes page by page (undefined for an all-zero page), for restoring single pages. */
-function pageSourcesOf(image: VmImage): (Uint8Array | undefined)[] {
-  let sources = pageSources.get(image);
+/** The image's bytes block by block (undefined for an all-zero block), for restoring single blocks. */
+function blockSourcesOf(image: VmImage): (Uint8Array | undefined)[] {
+  let sources = blockSources.get(image);
   if (!sources) {
-    sources = new Array<Uint8Array | undefined>(image.byteLength / PAGE_BYTES).fill(undefined);
+    sources = new Array<Uint8Array | undefined>(Math.ceil(image.byteLength / BLOCK_BYTES)).fill(undefined);
     for (const segment of image.segments) {
       if (segment.zero) continue;
-      for (let at = segment.from; at < segment.to; at += PAGE_BYTES) {
-        sources[at / PAGE_BYTES] = segment.data.subarray(at - segment.from, at - segment.from + PAGE_BYTES);
+      for (let at = segment.from; at < segment.to; at += BLOCK_BYTES) {
+        sources[at / BLOCK_BYTES] = segment.data.subarray(at - segment.from, at - segment.from + BLOCK_BYTES);
       }
     }
-    pageSources.set(image, sources);
+    blockSources.set(image, sources);
   }
   return sources;
 }
