@@ -174,6 +174,11 @@ row(
   (waiting.cpuShare * availableParallelism() * 1000) / waiting.perSecond,
   undefined,
 );
+// Whether concurrency or CPU is the limit, directly: with half as many executions in flight, a system limited by
+// concurrency does half as much (the ratio is 2); one limited by CPU does as much (the ratio is 1).
+const halfWaiting = await throughput(airWorker, "return await tools.sleep()", 32, n(10_000, 1_500));
+row("5. 32 concurrent 10 ms tool, worker", "exec/s", halfWaiting.perSecond, undefined);
+row("5. 10 ms tool, exec/s at 64 / at 32 in flight", "ratio", waiting.perSecond / halfWaiting.perSecond, undefined);
 row(
   "5. 64 concurrent return 1, inline",
   "exec/s",

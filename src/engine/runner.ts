@@ -31,9 +31,10 @@ const SPARE_VMS = 1;
 /** Bytes of the image copied per step of a gradual whole-image reset (about 20-30 us each). */
 const RESET_CHUNK_BYTES = 256 * 1024;
 /**
- * A VM that once wrote many of the image's zero pages (a deep recursion, a large allocation) is replaced by a new
- * instance, whose zero pages are cheap to check again (see GuestVm.peakZeroPagesWritten), once its last this many
- * resets found few written: a workload that writes them every time rewrites them anyway and is not renewed each time.
+ * With whole-image resets (a module without write tracking), a VM that once wrote many of the image's zero pages (a
+ * deep recursion, a large allocation) is replaced by a new instance, whose zero pages are cheap to check again (see
+ * GuestVm.peakZeroPagesWritten), once its last this many resets found few written: a workload that writes them every
+ * time rewrites them anyway and is not renewed each time.
  */
 const RENEW_AFTER_QUIET_RESETS = 64;
 

@@ -321,7 +321,8 @@ export class GuestVm {
    * The most zero pages of the image one execution wrote (filled again by the reset that followed): a lower bound
    * of the zero pages this instance has written. Linux backs a page that was never written with its one shared zero
    * page, which stays in the cache and makes checking it cheap; a page once written keeps memory of its own, and
-   * checking it, cold, costs several times more. A VM that wrote many is worth replacing by a new instance.
+   * checking it, cold, costs several times more. A VM that wrote many is worth replacing by a new instance. Only
+   * whole-image resets check zero pages: a VM that tracks writes keeps this at 0.
    */
   peakZeroPagesWritten = 0;
   private zeroPagesWritten = 0;

@@ -12,7 +12,11 @@ import { CodemodeSandboxBase } from "./base.ts";
 export const DEFAULT_VMS_PER_THREAD = 64;
 
 export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
-  /** Compiled QuickJS module (or a promise of it), usually from `loadQuickJSWasm()`; default: the installed binary. */
+  /**
+   * Compiled QuickJS module (or a promise of it); default: the installed binary, from `loadQuickJSWasm()`, which
+   * instruments its writes so that a reset restores only what an execution wrote. A module compiled otherwise works
+   * too, with resets that restore its whole image (slower).
+   */
   wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
   /** Worker entry; default: Airlock's own. Pass a file that imports `airlock/worker` when Airlock is bundled. */
   workerUrl?: string | URL;
@@ -23,6 +27,7 @@ export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
 }
 
 export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
+  /** As CodemodeSandboxOptions.wasm. */
   wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
   /** VMs kept on this thread for concurrent executions; default `DEFAULT_VMS_PER_THREAD`. */
   maxVms?: number;
