@@ -672,8 +672,8 @@ function bulkPrologue(w: Writer, base: number, markFunction: number): void {
 
 /**
  * The body of (func (param $address i32) (param $length i32)): marks every block of [address, address + length),
- * trapping when the range starts below GUARD_END or spans more than the map covers (it could only be written in a
- * memory grown past that size, whose VM is replaced, not reset, or would trap in the operation that follows).
+ * trapping when the range starts below GUARD_END. A range longer than the map covers marks the whole map: it is
+ * written in a memory grown past the image (whose VM is replaced, not reset), or it traps in the operation itself.
  */
 function markBody(): number[] {
   const [address, length, block, last] = [0, 1, 2, 3];
@@ -683,9 +683,9 @@ function markBody(): number[] {
     ...[0x20, address, 0x41, BLOCK_SHIFT, 0x76, 0x21, block], // block = address >> BLOCK_SHIFT
     // last = (address + length - 1) >> BLOCK_SHIFT
     ...[0x20, address, 0x20, length, 0x6a, 0x41, 0x01, 0x6b, 0x41, BLOCK_SHIFT, 0x76, 0x21, last],
-    // if (last < block || last - block > MASK) trap
+    // if (last < block || last - block > MASK) last = block + MASK
     ...[0x20, last, 0x20, block, 0x49, 0x20, last, 0x20, block, 0x6b, 0x41, ...sleb(MASK), 0x4b, 0x72],
-    ...[0x04, 0x40, 0x00, 0x0b],
+    ...[0x04, 0x40, 0x20, block, 0x41, ...sleb(MASK), 0x6a, 0x21, last, 0x0b],
     ...[0x03, 0x40], // loop
     ...[0x20, block, 0x41, ...sleb(MASK), 0x71, 0x41, 0x01, 0x3a, 0x00, ...uleb(MAP_BASE)],
     ...[0x20, block, 0x41, 0x01, 0x6a, 0x22, block, 0x20, last, 0x4d, 0x0d, 0x00], // br_if (++block <= last)
