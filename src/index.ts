@@ -10,7 +10,8 @@ export {
   MAX_STORE_VALUE_CHARS,
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
-export { loadQuickJSWasm } from "./engine/wasm.ts";
+export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm.ts";
+export { WasmRewriteError } from "./engine/write-tracking.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export * from "./process/index.ts";
 export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";

@@ -5,8 +5,6 @@
  * restoring the pages the instrumented module marked as written, and restoring the whole image (a module that is not
  * instrumented, as a caller may pass one).
  */
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { type RunResult, runConfiguration, type VmEvent } from "../dist/engine/protocol.js";
 import { VmRunner } from "../dist/engine/runner.js";
@@ -14,9 +12,7 @@ import { GuestVm, type VmImage } from "../dist/engine/vm.js";
 import { loadQuickJSWasm } from "../dist/engine/wasm.js";
 
 /** QuickJS's module as published, without write tracking: every reset restores the whole image. */
-const untracked = new WebAssembly.Module(
-  readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm")),
-);
+const untracked = loadQuickJSWasm(undefined, { trackWrites: false });
 
 /** The runner's private pool, read by this test only. */
 interface RunnerInternals {

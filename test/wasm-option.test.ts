@@ -1,6 +1,10 @@
-/** The `wasm` option: a compiled module, or a promise of one (as `loadQuickJSWasm(path)` users pass it). */
-import { CodemodeSandbox, InlineCodemodeSandbox, loadQuickJSWasm } from "airlock";
+/** The `wasm` option: a compiled module, or a promise of one (as `loadQuickJSWasm(path)` users pass it); and the loader. */
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { CodemodeSandbox, InlineCodemodeSandbox, loadQuickJSWasm, WasmRewriteError } from "airlock";
 import { describe, expect, it } from "vitest";
+import wabtInit from "wabt";
 
 describe.each([
   ["worker", (wasm: unknown) => new CodemodeSandbox({ poolSize: 1, wasm: wasm as WebAssembly.Module })],
@@ -27,5 +31,27 @@ describe.each([
 
   it("refuses a wasm option that is neither", () => {
     expect(() => make("quickjs.wasm")).toThrow(/wasm must be a WebAssembly.Module or a promise/);
+  });
+});
+
+describe("loadQuickJSWasm", () => {
+  it("refuses a module whose writes it cannot track, naming the file and the way out", async () => {
+    const wabt = await wabtInit();
+    const parsed = wabt.parseWat("plain.wat", '(module (memory 1) (func (export "f")))', {});
+    const path = join(mkdtempSync(join(tmpdir(), "airlock-wasm-")), "plain.wasm");
+    writeFileSync(path, parsed.toBinary({}).buffer);
+    parsed.destroy();
+    expect(() => loadQuickJSWasm(path)).toThrow(WasmRewriteError);
+    expect(() => loadQuickJSWasm(path)).toThrow(
+      `cannot track the writes of ${path}: the module exports no __stack_pointer global; load it with { trackWrites: false }`,
+    );
+    const plain = loadQuickJSWasm(path, { trackWrites: false });
+    expect(WebAssembly.Module.exports(plain).map((e) => e.name)).toEqual(["f"]);
+  });
+
+  it("instruments the installed QuickJS by default, and loads it as published on request", () => {
+    const names = (module: WebAssembly.Module) => WebAssembly.Module.exports(module).map((e) => e.name);
+    expect(names(loadQuickJSWasm())).toContain("airlock_mark_written");
+    expect(names(loadQuickJSWasm(undefined, { trackWrites: false }))).not.toContain("airlock_mark_written");
   });
 });

@@ -393,7 +393,7 @@ export class GuestVm {
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
     if (this.canRestoreWritten(image)) {
-      // Restoring the written pages takes microseconds: no steps needed.
+      // Restoring the written blocks takes microseconds: no steps needed.
       this.restoreWritten(image);
       this.completeReset(image);
       return true;
@@ -435,7 +435,6 @@ export class GuestVm {
     const map = memory.subarray(MAP_BASE, MAP_BASE + blocks);
     const words = new Int32Array(memory.buffer, MAP_BASE, Math.ceil(blocks / 4));
     let restored = 0;
-    let zeroPagesWritten = 0;
     for (let word = 0; word < words.length; word++) {
       if (words[word] === 0) continue;
       const end = Math.min(blocks, word * 4 + 4);
@@ -445,10 +444,7 @@ export class GuestVm {
         const at = block * BLOCK_BYTES;
         const source = sources[block];
         if (source) memory.set(source, at);
-        else {
-          memory.fill(0, at, at + BLOCK_BYTES);
-          zeroPagesWritten += BLOCK_BYTES / PAGE_BYTES;
-        }
+        else memory.fill(0, at, at + BLOCK_BYTES);
         // A store that began near the end of this block may have reached into the next one; bulk writes and the
         // host's mark every block they touch.
         const next = block + 1;
@@ -461,7 +457,6 @@ export class GuestVm {
     }
     map.fill(0);
     this.restoredBytes = restored * BLOCK_BYTES;
-    this.zeroPagesWritten += zeroPagesWritten;
   }
 
   private canReset(image: VmImage): boolean {

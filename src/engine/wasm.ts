@@ -1,20 +1,42 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { instrumentWrites } from "./write-tracking.ts";
+import { instrumentWrites, WasmRewriteError } from "./write-tracking.ts";
+
+export interface LoadQuickJSWasmOptions {
+  /**
+   * Instrument the module's memory writes so that a reset restores only what an execution wrote (see
+   * write-tracking.ts); default true. False loads the module as it is: resets then restore its whole image.
+   */
+  trackWrites?: boolean;
+}
 
 const modules = new Map<string, WebAssembly.Module>();
 
 /**
- * Reads QuickJS's wasm, instruments its memory writes (see write-tracking.ts: resets then restore only the pages an
- * execution wrote) and compiles it, once per path; every VM of the process instantiates the same compiled module.
- * `path` defaults to the file in the installed `quickjs-wasi` package.
+ * Reads QuickJS's wasm, instruments its memory writes and compiles it, once per path; every VM of the process
+ * instantiates the same compiled module. `path` defaults to the file in the installed `quickjs-wasi` package. A
+ * module whose writes cannot all be tracked is refused with the reason, unless `trackWrites` is false.
  */
-export function loadQuickJSWasm(path?: string): WebAssembly.Module {
+export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions = {}): WebAssembly.Module {
   const resolved = path ?? createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");
-  let module = modules.get(resolved);
+  const trackWrites = options.trackWrites ?? true;
+  const key = `${trackWrites ? "tracked" : "plain"}:${resolved}`;
+  let module = modules.get(key);
   if (!module) {
-    module = new WebAssembly.Module(instrumentWrites(readFileSync(resolved)));
-    modules.set(resolved, module);
+    const bytes = readFileSync(resolved);
+    module = new WebAssembly.Module(trackWrites ? instrument(bytes, resolved) : bytes);
+    modules.set(key, module);
   }
   return module;
+}
+
+function instrument(bytes: Uint8Array, path: string): Uint8Array<ArrayBuffer> {
+  try {
+    return instrumentWrites(bytes);
+  } catch (error) {
+    if (!(error instanceof WasmRewriteError)) throw error;
+    throw new WasmRewriteError(
+      `cannot track the writes of ${path}: ${error.message}; load it with { trackWrites: false } to reset by whole image`,
+    );
+  }
 }
