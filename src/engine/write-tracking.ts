@@ -620,7 +620,7 @@ function rewriteBody(body: Uint8Array, paramCount: number, markFunction: number,
   out.bytes(code.result());
 }
 
-/** Before a store (stack: address, value): traps below GUARD_END, marks the page, and puts both operands back. */
+/** Before a store (stack: address, value): traps below GUARD_END, marks the block, and puts both operands back. */
 function storePrologue(w: Writer, base: number, valueType: number, offset: number): void {
   const value = base + (VALUE_SLOT[valueType] as number);
   w.op(0x21, value); // local.set value
