@@ -450,8 +450,9 @@ export class GuestVm {
         const next = block + 1;
         if (next < blocks && map[next] === 0) {
           const nextSource = sources[next];
-          if (nextSource) memory.set(nextSource.subarray(0, STRADDLE_BYTES), at + BLOCK_BYTES);
-          else memory.fill(0, at + BLOCK_BYTES, at + BLOCK_BYTES + STRADDLE_BYTES);
+          const nextAt = at + BLOCK_BYTES;
+          // Byte by byte: a subarray per block would cost more than these 16 bytes.
+          for (let i = 0; i < STRADDLE_BYTES; i++) memory[nextAt + i] = nextSource ? (nextSource[i] as number) : 0;
         }
       }
     }
