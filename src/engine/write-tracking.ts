@@ -743,18 +743,12 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
     [3, appended(functionBody, uleb(markType))],
     [10, bodies.result()],
   ]);
+  // checkLayout found the export section (it holds __stack_pointer).
   const exportItem = [...uleb(MARK_EXPORT.length), ...Buffer.from(MARK_EXPORT), 0x00, ...uleb(markFunction)];
-  const exportBody = body(7);
-  replaced.set(7, exportBody ? appended(exportBody, exportItem) : vec([exportItem]));
+  replaced.set(7, appended(body(7) as Uint8Array, exportItem));
 
   const parts: Uint8Array[] = [bytes.subarray(0, 8)];
-  let exportWritten = false;
   for (const section of sections) {
-    // A module without exports gets its export section before the first section that must follow it.
-    if (!exportWritten && !exportBody && [8, 9, 10, 11, 12].includes(section.id)) {
-      parts.push(sectionBytes(7, replaced.get(7) as number[]));
-      exportWritten = true;
-    }
     const content = replaced.get(section.id);
     parts.push(
       content && section.id !== 0 ? sectionBytes(section.id, content) : sectionBytes(section.id, section.body),
