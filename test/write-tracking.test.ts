@@ -145,7 +145,7 @@ describe("write tracking", () => {
     expect(marked(m.memory)).toEqual([GUARD_END / PAGE]);
   });
 
-  it("leaves code without writes as it was, and exports the marking function", async () => {
+  it("keeps code without writes working, and exports a marking function that traps under the guard", async () => {
     const original = await assemble(probe);
     const bytes = instrumentWrites(original);
     const module = new WebAssembly.Module(bytes);
@@ -158,7 +158,7 @@ describe("write tracking", () => {
     expect(() => mark(100, 4)).toThrow(WebAssembly.RuntimeError);
   });
 
-  it("instruments QuickJS's module completely: it validates and marks what the engine writes", () => {
+  it("instruments the installed QuickJS module into one that validates and exports the marking function", () => {
     const path = createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");
     const bytes = instrumentWrites(readFileSync(path));
     expect(WebAssembly.validate(bytes)).toBe(true);

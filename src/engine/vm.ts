@@ -371,11 +371,7 @@ export class GuestVm {
     this.resetToken++;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
-    if (this.canRestoreWritten(image)) {
-      this.restoreWritten(image);
-      this.completeReset(image);
-      return true;
-    }
+    if (this.resetWritten(image)) return true;
     const grownFrom = this.growTo(image);
     for (const segment of image.segments) this.restore(segment, segment.from, segment.to, grownFrom);
     this.restoredBytes = image.byteLength;
@@ -392,12 +388,8 @@ export class GuestVm {
     const token = ++this.resetToken;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
-    if (this.canRestoreWritten(image)) {
-      // Restoring the written blocks takes microseconds: no steps needed.
-      this.restoreWritten(image);
-      this.completeReset(image);
-      return true;
-    }
+    // Restoring the written blocks takes microseconds: no steps needed.
+    if (this.resetWritten(image)) return true;
     const grownFrom = this.growTo(image);
     for (const segment of image.segments) {
       for (let offset = segment.from; offset < segment.to; offset += chunkBytes) {
@@ -425,6 +417,14 @@ export class GuestVm {
       image.byteLength <= MAP_BLOCKS * BLOCK_BYTES &&
       this.exports.memory.buffer.byteLength === image.byteLength
     );
+  }
+
+  /** The reset by the blocks marked as written, where it suffices (see canRestoreWritten); false otherwise. */
+  private resetWritten(image: VmImage): boolean {
+    if (!this.canRestoreWritten(image)) return false;
+    this.restoreWritten(image);
+    this.completeReset(image);
+    return true;
   }
 
   /** Restores the blocks marked as written (see write-tracking.ts) from the image and clears the marks. */

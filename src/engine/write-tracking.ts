@@ -56,14 +56,17 @@ export class WasmRewriteError extends Error {
   override name = "WasmRewriteError";
 }
 
+/** Reads a module's sections (their LEB128 numbers decoded by the code Decoder's reader). */
 class Reader {
   pos: number;
+  private readonly leb: Decoder;
   constructor(
     readonly bytes: Uint8Array,
     pos = 0,
     readonly end = bytes.length,
   ) {
     this.pos = pos;
+    this.leb = new Decoder(bytes);
   }
 
   u8(): number {
@@ -72,15 +75,10 @@ class Reader {
   }
 
   u32(): number {
-    let result = 0;
-    let shift = 0;
-    for (;;) {
-      const byte = this.u8();
-      result += (byte & 0x7f) * 2 ** shift;
-      if ((byte & 0x80) === 0) return result;
-      shift += 7;
-      if (shift > 35) throw new WasmRewriteError(`malformed LEB128 at byte ${this.pos}`);
-    }
+    const next = this.leb.readLeb(this.pos);
+    if (next > this.end) throw new WasmRewriteError(`unexpected end of the module at byte ${this.pos}`);
+    this.pos = next;
+    return this.leb.number;
   }
 
   /** A signed LEB128 of up to `bits` bits, as a number (exact up to 53 bits; only i32 values are used). */
@@ -260,12 +258,12 @@ class Decoder {
   offset = 0;
 
   /** The value `readLeb` read last. */
-  private number = 0;
+  number = 0;
 
   constructor(private readonly bytes: Uint8Array) {}
 
   /** Reads an unsigned LEB128 at `pos` into `number`; returns the position after it. */
-  private readLeb(pos: number): number {
+  readLeb(pos: number): number {
     const bytes = this.bytes;
     let result = 0;
     let shift = 0;
@@ -636,7 +634,7 @@ function storePrologue(w: Writer, base: number, valueType: number, offset: numbe
   w.u8(0x49); // i32.lt_u
   w.bytes(IF_TRAP);
   w.op(0x20, base + EFFECTIVE);
-  w.bytes(MARK_PAGE);
+  w.bytes(MARK_BLOCK);
   w.op(0x20, base + ADDRESS);
   w.op(0x20, value);
 }
@@ -644,7 +642,7 @@ function storePrologue(w: Writer, base: number, valueType: number, offset: numbe
 /** if unreachable end */
 const IF_TRAP = [0x04, 0x40, 0x00, 0x0b];
 /** (address on the stack) >> BLOCK_SHIFT & MASK, then map[block] = 1. */
-const MARK_PAGE = [
+const MARK_BLOCK = [
   0x41,
   ...sleb(BLOCK_SHIFT),
   0x76,
