@@ -46,6 +46,25 @@ import { CodemodeSandbox } from "airlock";
     expect(stdout.trim()).toBe("42");
   });
 
+  it.each([
+    ["a V8 flag", ["--max-old-space-size=512", "-e"], "commonjs"],
+    ["a process-wide flag", ["--expose-gc", "-e"], "commonjs"],
+    ["-e with --input-type", ["--input-type=module", "-e"], "module"],
+    ["-e with --input-type and a V8 flag", ["--max-old-space-size=512", "--input-type", "module", "-e"], "module"],
+  ])("starts its workers in a host run with %s", async (_, flags, type) => {
+    const body = `const { CodemodeSandbox } = await import("airlock");
+      const sandbox = new CodemodeSandbox({ poolSize: 1 });
+      const result = await sandbox.execute("return 6 * 7");
+      console.log(result.ok ? result.value : result.error.message);
+      await sandbox.close();`;
+    const script = type === "module" ? body : `(async () => { ${body} })();`;
+    const { stdout } = await run(process.execPath, [...flags, script], {
+      cwd: new URL("..", import.meta.url),
+      timeout: 15_000,
+    });
+    expect(stdout.trim()).toBe("42");
+  });
+
   it("kills a worker that does not stop a run in time", async () => {
     sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: badWorker, timeoutMs: 100 });
     const result = await sandbox.execute("silent");

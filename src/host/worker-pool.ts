@@ -5,7 +5,7 @@
  * not stop in time is terminated and replaced off the request path.
  */
 import { availableParallelism } from "node:os";
-import { Worker } from "node:worker_threads";
+import { Worker, type WorkerOptions } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
 import {
   type HostCommand,
@@ -62,11 +62,9 @@ class PoolWorker {
       maxStackSize: WORKER_MAX_STACK_SIZE,
       maxVms: options.maxVmsPerWorker,
     };
-    this.worker = new Worker(options.workerUrl ?? new URL("./worker.js", import.meta.url), {
+    this.worker = startWorker(options.workerUrl ?? new URL("./worker.js", import.meta.url), {
       workerData: data,
       resourceLimits: { stackSizeMb: WORKER_STACK_SIZE_MB },
-      // Workers inherit the host's Node flags; --input-type (a host run with -e) makes a worker fail to start.
-      execArgv: process.execArgv.filter((flag) => !flag.startsWith("--input-type")),
     });
     this.worker.unref();
     this.ready = new Promise((resolve, reject) => {
@@ -168,6 +166,27 @@ class PoolWorker {
     void this.worker.terminate();
     failRuns(this.runs, reason);
     this.pool.replace(this);
+  }
+}
+
+/**
+ * Starts a worker with the host's Node flags. A worker inherits them by default, whatever they are, except that
+ * `--input-type` (a host run with `-e`) stops it from starting. Leaving that one out means listing the rest, and Node
+ * refuses a list with V8 or process-wide flags (`--max-old-space-size`, `--expose-gc`), which a worker shares with
+ * the process anyway: such a host's workers start with no flags of their own.
+ */
+function startWorker(url: string | URL, options: WorkerOptions): Worker {
+  const execArgv = process.execArgv;
+  const inputType = execArgv.findIndex((flag) => flag === "--input-type" || flag.startsWith("--input-type="));
+  if (inputType < 0) return new Worker(url, options);
+  const kept = execArgv.filter(
+    (_, i) => i !== inputType && !(i === inputType + 1 && execArgv[inputType] === "--input-type"),
+  );
+  try {
+    return new Worker(url, { ...options, execArgv: kept });
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== "ERR_WORKER_INVALID_EXEC_ARGV") throw error;
+    return new Worker(url, { ...options, execArgv: [] });
   }
 }
 
