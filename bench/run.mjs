@@ -3,6 +3,7 @@
 //   npm run bench            (QUICK=1 for fewer iterations)
 import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, totalmem } from "node:os";
+import { Worker } from "node:worker_threads";
 import {
   InlineCodemodeSandbox as PiInline,
   CodemodeSandbox as PiSandbox,
@@ -22,10 +23,12 @@ const tools = [echo, sleep10];
  * timer noise are small next to them), minus an execution without calls. The two are measured in alternation, a few
  * executions each in turn, so that this machine's drifts hit both alike.
  */
-async function perCall(airlock, pi, rounds) {
+async function perCall(airlock, pi, rounds, floor) {
   const loop = (n) => `for (let i = 0; i < ${n}; i++) await tools.echo(i); return 1;`;
   const samples = { airlock: { base: [], calls: [] }, pi: { base: [], calls: [] } };
+  const floors = [];
   for (let round = 0; round < rounds; round++) {
+    if (floor) floors.push(await floor.time(1000));
     for (const [name, sandbox, each] of [
       ["airlock", airlock, 3],
       ["pi", pi, 1],
@@ -37,7 +40,31 @@ async function perCall(airlock, pi, rounds) {
     }
   }
   const perCallUs = ({ base, calls }) => ((median(calls) - median(base)) / 1000) * 1000;
-  return [perCallUs(samples.airlock), perCallUs(samples.pi)];
+  return [perCallUs(samples.airlock), perCallUs(samples.pi), floor ? median(floors) : undefined];
+}
+
+/**
+ * The floor under a tool call through a worker, in us: an awaited postMessage round trip to a bare worker thread that
+ * echoes each message (no VM, no tool). Measured in the same rounds as `perCall`, so that drifts hit it alike.
+ */
+function bareRoundTrip() {
+  const worker = new Worker(
+    "const { parentPort } = require('node:worker_threads'); parentPort.on('message', (m) => parentPort.postMessage(m));",
+    { eval: true },
+  );
+  const ask = (value) =>
+    new Promise((resolve) => {
+      worker.once("message", resolve);
+      worker.postMessage(value);
+    });
+  return {
+    async time(calls) {
+      const start = performance.now();
+      for (let i = 0; i < calls; i++) await ask({ i });
+      return ((performance.now() - start) / calls) * 1000;
+    },
+    close: () => worker.terminate(),
+  };
 }
 
 async function stopLateness(sandbox, iterations) {
@@ -74,13 +101,15 @@ async function throughput(sandbox, code, concurrent, total) {
 }
 
 const rows = [];
-function row(name, unit, airlock, pi, better = "lower") {
-  const ratio = pi === undefined ? undefined : better === "lower" ? pi / airlock : airlock / pi;
-  rows.push({ name, unit, airlock, pi, ratio });
+/** A row of the table; `floor` is a figure of neither product (printed across both columns). */
+function row(name, unit, airlock, pi, better = "lower", floor = undefined) {
+  const ratio =
+    pi === undefined || airlock === undefined ? undefined : better === "lower" ? pi / airlock : airlock / pi;
+  rows.push(floor === undefined ? { name, unit, airlock, pi, ratio } : { name, unit, floor });
   const fmt = (v) => (v === undefined ? "n/a" : v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
-  console.log(
-    `${name.padEnd(44)} ${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`,
-  );
+  const figures =
+    floor === undefined ? `${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)}` : fmt(floor).padStart(21);
+  console.log(`${name.padEnd(44)} ${figures} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`);
 }
 
 const machine = {
@@ -121,7 +150,12 @@ row(
 );
 
 // 2. per-call cost of 100 sequential echo calls in one execution
-row("2. tool call, worker (per call)", "us", ...(await perCall(airWorker, piWorker, n(9, 3))));
+const floor = bareRoundTrip();
+const [workerCall, piWorkerCall, roundTrip] = await perCall(airWorker, piWorker, n(9, 3), floor);
+await floor.close();
+row("2. tool call, worker (per call)", "us", workerCall, piWorkerCall);
+// Neither product: what any tool call through a worker costs at least on this machine, in this run.
+row("2. floor: bare postMessage round trip", "us", undefined, undefined, "lower", roundTrip);
 row("2. tool call, inline (per call)", "us", ...(await perCall(airInline, piInline, n(9, 3))));
 
 // 3. interpreter-bound loop
