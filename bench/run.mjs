@@ -191,6 +191,8 @@ const waiting = await throughput(airWorker, "return await tools.sleep()", 64, n(
 // Whether concurrency or CPU is the limit, directly: with half as many executions in flight, a system limited by
 // concurrency does half as much (the ratio is 2); one limited by CPU does as much (the ratio is 1).
 const halfWaiting = await throughput(airWorker, "return await tools.sleep()", 32, n(10_000, 1_500));
+// And with twice as many: a system whose CPU was the limit at 64 does no more at 128 (the ratio is 1).
+const doubleWaiting = await throughput(airWorker, "return await tools.sleep()", 128, n(20_000, 3_000));
 const trivialInline = await throughput(airInline, "return 1", 64, n(20_000, 3_000));
 const piTrivialWorker = await throughput(piWorker, "return 1", 64, 64);
 const piWaiting = await throughput(piWorker, "return await tools.sleep()", 64, 64);
@@ -208,6 +210,7 @@ row(
 );
 row("5. 32 concurrent 10 ms tool, worker", "exec/s", halfWaiting.perSecond, undefined);
 row("5. 10 ms tool, exec/s at 64 / at 32 in flight", "ratio", waiting.perSecond / halfWaiting.perSecond, undefined);
+row("5. 10 ms tool, exec/s at 128 / at 64 in flight", "ratio", doubleWaiting.perSecond / waiting.perSecond, undefined);
 row("5. 64 concurrent return 1, inline", "exec/s", trivialInline.perSecond, piTrivialInline.perSecond, "higher");
 
 await piWorker.close();
