@@ -1,9 +1,9 @@
 /** The `airlock` CLI, run as a child process from its build (dist/cli/main.js). */
-import type { ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { assertCliBuilt, REPO_ROOT, runCli, tempDir } from "./helpers/cli.ts";
+import { assertCliBuilt, CLI, REPO_ROOT, runCli, tempDir } from "./helpers/cli.ts";
 
 const pkg = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as { version: string };
 
@@ -90,6 +90,37 @@ describe("help and version", () => {
       expect(result.stdout).toBe(`${pkg.version}\n`);
     }
   });
+});
+
+describe("start-up", () => {
+  // What a command does not need, it does not load: the MCP SDK is for `serve` only, and zod for tool schemas.
+  const loadedModules = async (args: string[], input = "") => {
+    const dir = tempDir({});
+    try {
+      const file = join(dir.dir, "modules.txt");
+      const child = spawn(
+        process.execPath,
+        ["--import", join(REPO_ROOT, "test", "fixtures", "trace-imports.mjs"), CLI, ...args],
+        { cwd: REPO_ROOT, env: { ...process.env, NODE_OPTIONS: "", TRACE_IMPORTS_FILE: file } },
+      );
+      child.stdin.end(input);
+      const code = await new Promise((done) => child.on("exit", done));
+      expect(code).toBe(0);
+      return readFileSync(file, "utf8").trim().split("\n");
+    } finally {
+      dir.cleanup();
+    }
+  };
+
+  it.each([[["--version"]], [["--help"]], [["help", "serve"]], [["run", "-"]]])(
+    "airlock %j loads neither the MCP SDK nor zod",
+    async (args) => {
+      const modules = await loadedModules(args, "return 1");
+      // The trace works: the CLI's own modules are in it.
+      expect(modules.some((url) => url.endsWith("/dist/cli/main.js"))).toBe(true);
+      expect(modules.filter((url) => /node_modules\/(@modelcontextprotocol|zod)\//.test(url))).toEqual([]);
+    },
+  );
 });
 
 describe("usage errors exit 2 and name what is wrong", () => {

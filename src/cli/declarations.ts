@@ -1,5 +1,5 @@
 /** `airlock declarations --tools <module>`: prints the TypeScript declarations a model sees for those tools. */
-import { renderDeclarations } from "../index.ts";
+import { renderDeclarations } from "../declarations/index.ts";
 import { EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
 import { loadTools } from "./tools.ts";

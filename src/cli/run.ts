@@ -1,19 +1,13 @@
 /** `airlock run <file|->`: runs one script in a sandbox and prints what it produced. */
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import {
-  type CodemodeResult,
-  CodemodeSandbox,
-  type CodemodeSandboxBase,
-  type CodemodeSandboxBaseOptions,
-  CodemodeSourceError,
-  DEFAULT_MEMORY_LIMIT_BYTES,
-  DEFAULT_TIMEOUT_MS,
-  InlineCodemodeSandbox,
-  IsolationUnavailableError,
-  ProcessCodemodeSandbox,
-  parseCodemodeSource,
-} from "../index.ts";
+// The modules a run needs rather than the package's index, which also loads zod for tool schemas (~0.1 s).
+import { DEFAULT_TIMEOUT_MS } from "../engine/limits.ts";
+import { IsolationUnavailableError, ProcessCodemodeSandbox } from "../process/index.ts";
+import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
+import { CodemodeSandbox, InlineCodemodeSandbox } from "../sandbox/codemode.ts";
+import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
+import type { CodemodeResult, CodemodeSandboxBaseOptions } from "../types.ts";
 import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
 import { formatError, formatOutput, formatValue } from "./print.ts";

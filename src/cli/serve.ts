@@ -6,14 +6,8 @@ import {
   DEFAULT_HTTP_HOST,
   DEFAULT_MAX_OUTPUT_TOKENS,
   DEFAULT_SESSION_IDLE_MS,
-  loadMcpConfig,
-  McpConfigError,
-  McpGateway,
-  McpToolCollisionError,
-  McpUpstreamError,
-  serveGatewayHttp,
-  serveGatewayStdio,
-} from "../mcp/index.ts";
+} from "../mcp/defaults.ts";
+import type { McpGateway, ParsedMcpConfig } from "../mcp/index.ts";
 import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
 import { EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
@@ -123,11 +117,13 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
         );
   const readOnly = values["read-only"] === true;
 
-  let config: Awaited<ReturnType<typeof loadMcpConfig>>;
+  // The MCP SDK is loaded only here: the other commands (and --help) start without it.
+  const mcp = await import("../mcp/index.ts");
+  let config: ParsedMcpConfig;
   try {
-    config = await loadMcpConfig(resolve(io.cwd, values.config), { readOnly });
+    config = await mcp.loadMcpConfig(resolve(io.cwd, values.config), { readOnly });
   } catch (error) {
-    if (error instanceof McpConfigError) throw new UsageError(error.message);
+    if (error instanceof mcp.McpConfigError) throw new UsageError(error.message);
     throw error;
   }
   const log = (text: string) => io.stderr(`airlock serve: ${text}\n`);
@@ -135,7 +131,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
 
   let gateway: McpGateway;
   try {
-    gateway = await McpGateway.start(config, {
+    gateway = await mcp.McpGateway.start(config, {
       readOnly,
       timeoutMs,
       memoryLimitBytes,
@@ -146,7 +142,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       onWarning: (warning) => log(`warning: ${warning}`),
     });
   } catch (error) {
-    if (error instanceof McpUpstreamError || error instanceof McpToolCollisionError) {
+    if (error instanceof mcp.McpUpstreamError || error instanceof mcp.McpToolCollisionError) {
       log(error.message);
       return EXIT_FAILED;
     }
@@ -166,12 +162,12 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   process.on("SIGTERM", onTerm);
   try {
     if (port === undefined) {
-      const serving = await serveGatewayStdio(gateway);
+      const serving = await mcp.serveGatewayStdio(gateway);
       await Promise.race([serving.closed, stopped]);
       await serving.close();
     } else {
       const host = values.host ?? DEFAULT_HTTP_HOST;
-      const serving = await serveGatewayHttp(gateway, { port, host, sessionIdleMs, bearerToken });
+      const serving = await mcp.serveGatewayHttp(gateway, { port, host, sessionIdleMs, bearerToken });
       log(`listening on ${serving.url}${bearerToken === undefined ? "" : " (bearer token required)"}`);
       if (bearerToken === undefined && host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
         log(

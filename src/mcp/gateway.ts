@@ -11,17 +11,11 @@ import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import type { CodemodeResult } from "../types.ts";
+import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "./defaults.ts";
 import { MCP_TOOL_SEPARATOR } from "./names.ts";
 import { formatRunResult, type McpToolResult } from "./output.ts";
 import { type ConnectMcpServersOptions, type McpTool, McpToolset } from "./toolset.ts";
 
-/**
- * Default deadline of one execution. MCP clients built on the official SDK give up on a request after 60 s by
- * default, so the gateway ends a run first and reports a timeout the model can act on.
- */
-export const DEFAULT_GATEWAY_TIMEOUT_MS = 50_000;
-/** Default cap on the tokens of text one execution returns. */
-export const DEFAULT_MAX_OUTPUT_TOKENS = 20_000;
 /**
  * Full declarations up to this many characters (about 2,000 tokens) go into `execute`'s description; a larger catalog
  * gets its compact index there if that fits, else only a count; `describe` gives any tool's declaration on demand.

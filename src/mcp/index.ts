@@ -14,11 +14,15 @@ export {
   type ParseMcpConfigOptions,
   parseMcpConfig,
 } from "./config.ts";
-export { McpConfigError, McpToolCollisionError, McpUpstreamError } from "./errors.ts";
 export {
   DEFAULT_GATEWAY_TIMEOUT_MS,
-  DEFAULT_INLINE_DECLARATIONS_MAX_CHARS,
+  DEFAULT_HTTP_HOST,
   DEFAULT_MAX_OUTPUT_TOKENS,
+  DEFAULT_SESSION_IDLE_MS,
+} from "./defaults.ts";
+export { McpConfigError, McpToolCollisionError, McpUpstreamError } from "./errors.ts";
+export {
+  DEFAULT_INLINE_DECLARATIONS_MAX_CHARS,
   DEFAULT_SEARCH_LIMIT,
   type GatewayExecuteOptions,
   MAX_DESCRIBE_NAMES,
@@ -37,9 +41,7 @@ export {
 } from "./output.ts";
 export { callResultErrorMessage, callResultToValue, type McpCallResult, type McpImageValue } from "./result.ts";
 export {
-  DEFAULT_HTTP_HOST,
   DEFAULT_HTTP_PATH,
-  DEFAULT_SESSION_IDLE_MS,
   type HttpServing,
   MAX_HTTP_BODY_BYTES,
   type ServeHttpOptions,

@@ -6,10 +6,9 @@ import type { Readable, Writable } from "node:stream";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
+import { DEFAULT_HTTP_HOST, DEFAULT_SESSION_IDLE_MS } from "./defaults.ts";
 import type { McpGateway } from "./gateway.ts";
 
-/** Address the HTTP server binds to unless told otherwise: this machine only. */
-export const DEFAULT_HTTP_HOST = "127.0.0.1";
 /** Path of the MCP endpoint. */
 export const DEFAULT_HTTP_PATH = "/mcp";
 /** Largest request body accepted, in bytes (a script travels in one). */
@@ -85,9 +84,6 @@ export interface ServeHttpOptions {
    */
   bearerToken?: string;
 }
-
-/** Default `sessionIdleMs`. */
-export const DEFAULT_SESSION_IDLE_MS = 30 * 60_000;
 
 export interface HttpServing {
   /** The endpoint, for example `http://127.0.0.1:3000/mcp`. */

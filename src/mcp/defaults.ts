@@ -1,0 +1,16 @@
+/**
+ * The gateway's defaults that `airlock serve --help` shows. They live apart from the gateway and the servers so that
+ * the command line can print them without loading the MCP SDK.
+ */
+
+/**
+ * Default deadline of one execution. MCP clients built on the official SDK give up on a request after 60 s by
+ * default, so the gateway ends a run first and reports a timeout the model can act on.
+ */
+export const DEFAULT_GATEWAY_TIMEOUT_MS = 50_000;
+/** Default cap on the tokens of text one execution returns. */
+export const DEFAULT_MAX_OUTPUT_TOKENS = 20_000;
+/** Address the HTTP server binds to unless told otherwise: this machine only. */
+export const DEFAULT_HTTP_HOST = "127.0.0.1";
+/** Default `sessionIdleMs`. */
+export const DEFAULT_SESSION_IDLE_MS = 30 * 60_000;
