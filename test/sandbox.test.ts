@@ -1,4 +1,7 @@
 /** The script environment and the host API, run against every launcher. */
+
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import {
   type CodemodeSandboxBase,
   type CodemodeTool,
@@ -481,6 +484,42 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       Array.from({ length: 40 }, (_, i) => run(`const v = await tools.wait({ ms: 30 }); return [${i}, v];`)),
     );
     expect(results.map((r) => r.ok && r.value)).toEqual(Array.from({ length: 40 }, (_, i) => [i, "waited"]));
+  });
+});
+
+describe("constructor options", () => {
+  it("refuses bad options with errors that name them, and leaves nothing running behind the error", async () => {
+    // In a child process that must end by itself: a pool started before the options were refused used to keep
+    // its worker threads, and with them the process, alive.
+    const script = `
+      const { CodemodeSandbox, InlineCodemodeSandbox } = await import("airlock");
+      const attempts = [
+        () => new CodemodeSandbox({ timeoutMs: -5 }),
+        () => new CodemodeSandbox({ memoryLimitBytes: 10 }),
+        () => new CodemodeSandbox({ tools: "x" }),
+        () => new CodemodeSandbox({ poolSize: "2" }),
+        () => new CodemodeSandbox({ workerUrl: 5 }),
+        () => new CodemodeSandbox(null),
+        () => new InlineCodemodeSandbox({ timeoutMs: Number.NaN }),
+        () => new InlineCodemodeSandbox("x"),
+      ];
+      for (const attempt of attempts) {
+        try { attempt(); console.log("accepted"); } catch (error) { console.log(error.name + ": " + error.message); }
+      }`;
+    const { stdout } = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", script], {
+      cwd: new URL("..", import.meta.url),
+      timeout: 20_000,
+    });
+    expect(stdout.trim().split("\n")).toEqual([
+      "RangeError: timeoutMs must be a positive number of ms or Infinity, got -5",
+      "RangeError: memoryLimitBytes must be an integer between 1048576 and 4294967296, got 10",
+      "TypeError: tools must be an array",
+      'RangeError: poolSize must be an integer between 1 and 1024, got "2"',
+      "TypeError: workerUrl must be a path or a URL",
+      "TypeError: sandbox options must be an object",
+      "RangeError: timeoutMs must be a positive number of ms or Infinity, got NaN",
+      "TypeError: sandbox options must be an object",
+    ]);
   });
 });
 

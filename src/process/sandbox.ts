@@ -4,7 +4,7 @@
  */
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
-import { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
+import { CodemodeSandboxBase, checkCount, checkOptions, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation.ts";
 import { ProcessPool } from "./pool.ts";
@@ -38,7 +38,7 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
   readonly protections: ProcessProtections;
 
   constructor(options: ProcessCodemodeSandboxOptions = {}) {
-    if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
+    checkOptions(options);
     const maxVms = checkCount(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;
     const memoryLimitBytes =
       typeof options.memoryLimitBytes === "number" && options.memoryLimitBytes > 0
@@ -80,12 +80,4 @@ function toPath(value: string | URL): string {
   if (value instanceof URL) return fileURLToPath(value);
   if (typeof value !== "string") throw new TypeError("childEntry must be a path or a file URL");
   return value.startsWith("file:") ? fileURLToPath(value) : value;
-}
-
-function checkCount(value: unknown, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > 1024) {
-    throw new RangeError(`${name} must be an integer between 1 and 1024, got ${String(value)}`);
-  }
-  return value;
 }

@@ -90,7 +90,7 @@ export abstract class CodemodeSandboxBase {
     options: CodemodeSandboxBaseOptions,
     protected readonly launcher: Launcher,
   ) {
-    if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
+    checkOptions(options);
     this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
     this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
     if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
@@ -343,10 +343,29 @@ function checkTool(tool: CodemodeTool, what: string): void {
   }
 }
 
+/** Throws unless the options argument of a sandbox constructor is an object (checked before any option is read). */
+export function checkOptions(options: unknown): void {
+  if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
+}
+
+/** A count option (threads, VMs): undefined, or an integer from 1 to 1024. */
+export function checkCount(value: unknown, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > 1024) {
+    throw new RangeError(`${name} must be an integer between 1 and 1024, got ${shown(value)}`);
+  }
+  return value;
+}
+
+/** A value as an error message shows it: strings quoted, so that "2" is not taken for 2. */
+function shown(value: unknown): string {
+  return typeof value === "string" ? JSON.stringify(value) : String(value);
+}
+
 function checkTimeout(value: unknown, name: string): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "number" || Number.isNaN(value) || value <= 0) {
-    throw new RangeError(`${name} must be a positive number of ms or Infinity, got ${String(value)}`);
+    throw new RangeError(`${name} must be a positive number of ms or Infinity, got ${shown(value)}`);
   }
   return value;
 }
@@ -355,7 +374,7 @@ function checkMemory(value: unknown): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < MIN_MEMORY_LIMIT_BYTES || value > 2 ** 32) {
     throw new RangeError(
-      `memoryLimitBytes must be an integer between ${MIN_MEMORY_LIMIT_BYTES} and ${2 ** 32}, got ${String(value)}`,
+      `memoryLimitBytes must be an integer between ${MIN_MEMORY_LIMIT_BYTES} and ${2 ** 32}, got ${shown(value)}`,
     );
   }
   return value;

@@ -6,7 +6,7 @@ import { InlineLauncher } from "../host/inline.ts";
 import type { Launcher } from "../host/launcher.ts";
 import { WorkerPool } from "../host/worker-pool.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { CodemodeSandboxBase } from "./base.ts";
+import { CodemodeSandboxBase, checkCount, checkOptions } from "./base.ts";
 
 /** VMs one thread keeps for executions that wait on tools at the same time. */
 export const DEFAULT_VMS_PER_THREAD = 64;
@@ -41,12 +41,22 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
   private readonly pool: WorkerPool | DeferredLauncher<WorkerPool>;
 
   constructor(options: CodemodeSandboxOptions = {}) {
+    checkOptions(options);
     const size = checkCount(options.poolSize, "poolSize");
     const maxVmsPerWorker = checkCount(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD;
-    const make = (module: WebAssembly.Module) =>
-      new WorkerPool({ module, size, maxVmsPerWorker, workerUrl: options.workerUrl });
+    const { workerUrl } = options;
+    if (workerUrl !== undefined && typeof workerUrl !== "string" && !(workerUrl instanceof URL)) {
+      throw new TypeError("workerUrl must be a path or a URL");
+    }
+    const make = (module: WebAssembly.Module) => new WorkerPool({ module, size, maxVmsPerWorker, workerUrl });
     const pool = withModule(options.wasm, make);
-    super(options, pool);
+    try {
+      super(options, pool);
+    } catch (error) {
+      // Options the base refuses: the workers already starting must not outlive the error (nor keep the host alive).
+      void pool.close();
+      throw error;
+    }
     this.pool = pool;
   }
 
@@ -71,11 +81,17 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
   private readonly inline: InlineLauncher | DeferredLauncher<InlineLauncher>;
 
   constructor(options: InlineCodemodeSandboxOptions = {}) {
+    checkOptions(options);
     const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
     const make = (module: WebAssembly.Module) =>
       new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms });
     const inline = withModule(options.wasm, make);
-    super(options, inline);
+    try {
+      super(options, inline);
+    } catch (error) {
+      void inline.close();
+      throw error;
+    }
     this.inline = inline;
   }
 
@@ -96,12 +112,4 @@ function withModule<L extends Launcher>(
     throw new TypeError("wasm must be a WebAssembly.Module or a promise of one, for example loadQuickJSWasm()");
   }
   return new DeferredLauncher(Promise.resolve(wasm).then(make));
-}
-
-function checkCount(value: unknown, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > 1024) {
-    throw new RangeError(`${name} must be an integer between 1 and 1024, got ${String(value)}`);
-  }
-  return value;
 }
