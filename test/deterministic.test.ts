@@ -128,6 +128,10 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     expect(run.finished).toBe(true);
     expect(() => run.deliver(2, 0, callId + 1, { ok: true, value: 1 })).toThrow(/finished/);
     expect(() => sandbox.start("1", { ...options, seed: -1, onCall: () => {} })).toThrow(/seed/);
+    const bad = (extra: object) => () => sandbox.start("1", { ...options, onCall: () => {}, ...extra });
+    expect(bad({ signal: {} })).toThrow("signal must be an AbortSignal");
+    expect(bad({ onIdle: "later" })).toThrow("onIdle must be a function");
+    expect(bad({ onStarted: 1 })).toThrow("onStarted must be a function");
   });
 
   it("rejects a delivered error inside the script with its properties", async () => {

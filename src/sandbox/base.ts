@@ -179,6 +179,7 @@ export abstract class CodemodeSandboxBase {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
+    checkSignal(options.signal);
     const store = encodeStore(options.store);
     if (this.closed) return closedResult();
     const script = this.compile(code);
@@ -214,6 +215,12 @@ export abstract class CodemodeSandboxBase {
       throw new TypeError("seed must be an unsigned 32-bit integer");
     }
     if (typeof options.onCall !== "function") throw new TypeError("onCall must be a function");
+    for (const hook of ["onStarted", "onIdle"] as const) {
+      if (options[hook] !== undefined && typeof options[hook] !== "function") {
+        throw new TypeError(`${hook} must be a function`);
+      }
+    }
+    checkSignal(options.signal);
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
     const script = this.compile(code);
@@ -360,6 +367,10 @@ export function checkCount(value: unknown, name: string): number | undefined {
 /** A value as an error message shows it: strings quoted, so that "2" is not taken for 2. */
 function shown(value: unknown): string {
   return typeof value === "string" ? JSON.stringify(value) : String(value);
+}
+
+function checkSignal(signal: unknown): void {
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
 }
 
 function checkTimeout(value: unknown, name: string): number | undefined {
