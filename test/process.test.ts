@@ -211,6 +211,13 @@ describe("construction: no silent downgrade", () => {
     expect(() => make({ isolation: { limits: { processes: 2 } } })).toThrow(/processes must be at least 12/);
     expect(() => make({ isolation: { limits: { addressSpaceBytes: 1e6 } } })).toThrow(/at least 2 GiB/);
     expect(() => make({ isolation: { runtime: "docker" as "bwrap" } })).toThrow(/runtime must be/);
+    // A misspelt protection is refused, not run with its default.
+    expect(() => make({ isolation: { limit: { processes: 16 } } as object })).toThrow(
+      'isolation has no option "limit"',
+    );
+    expect(() => make({ isolation: { limits: { cpuSecs: 5 } } as object })).toThrow(
+      'isolation.limits has no option "cpuSecs"',
+    );
     expect(() => make({ poolSize: 0 })).toThrow(/poolSize/);
   });
 });
