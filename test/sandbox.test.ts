@@ -504,6 +504,8 @@ describe("constructor options", () => {
         () => new CodemodeSandbox(null),
         () => new InlineCodemodeSandbox({ timeoutMs: Number.NaN }),
         () => new InlineCodemodeSandbox("x"),
+        () => new CodemodeSandbox({ timeout: 5000 }),
+        () => new InlineCodemodeSandbox({ poolSize: 2 }),
       ];
       for (const attempt of attempts) {
         try { attempt(); console.log("accepted"); } catch (error) { console.log(error.name + ": " + error.message); }
@@ -521,6 +523,10 @@ describe("constructor options", () => {
       "TypeError: sandbox options must be an object",
       "RangeError: timeoutMs must be a positive number of ms or Infinity, got NaN",
       "TypeError: sandbox options must be an object",
+      'TypeError: CodemodeSandbox has no option "timeout" (it takes tools, globals, timeoutMs, memoryLimitBytes, ' +
+        "typescript, wasm, workerUrl, poolSize, maxVmsPerWorker)",
+      'TypeError: InlineCodemodeSandbox has no option "poolSize" (it takes tools, globals, timeoutMs, memoryLimitBytes, ' +
+        "typescript, wasm, maxVms)",
     ]);
   });
 });

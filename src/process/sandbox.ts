@@ -38,7 +38,7 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
   readonly protections: ProcessProtections;
 
   constructor(options: ProcessCodemodeSandboxOptions = {}) {
-    checkOptions(options);
+    checkOptions(options, "ProcessCodemodeSandbox", ["poolSize", "maxVmsPerChild", "isolation", "childEntry"]);
     const maxVms = checkCount(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;
     const memoryLimitBytes =
       typeof options.memoryLimitBytes === "number" && options.memoryLimitBytes > 0

@@ -350,9 +350,21 @@ function checkTool(tool: CodemodeTool, what: string): void {
   }
 }
 
-/** Throws unless the options argument of a sandbox constructor is an object (checked before any option is read). */
-export function checkOptions(options: unknown): void {
+/** Options every sandbox takes (CodemodeSandboxBaseOptions). */
+const BASE_OPTION_KEYS = ["tools", "globals", "timeoutMs", "memoryLimitBytes", "typescript"];
+
+/**
+ * Throws unless the options argument of a sandbox constructor is an object, checked before any option is read; with
+ * `own` (the sandbox's options besides the base ones), also refuses any other key: a misspelt `timeout` must not
+ * leave the default deadline in place unnoticed.
+ */
+export function checkOptions(options: unknown, sandbox?: string, own: readonly string[] = []): void {
   if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
+  if (sandbox === undefined) return;
+  const known = [...BASE_OPTION_KEYS, ...own];
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) throw new TypeError(`${sandbox} has no option "${key}" (it takes ${known.join(", ")})`);
+  }
 }
 
 /** A count option (threads, VMs): undefined, or an integer from 1 to 1024. */

@@ -41,7 +41,7 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
   private readonly pool: WorkerPool | DeferredLauncher<WorkerPool>;
 
   constructor(options: CodemodeSandboxOptions = {}) {
-    checkOptions(options);
+    checkOptions(options, "CodemodeSandbox", ["wasm", "workerUrl", "poolSize", "maxVmsPerWorker"]);
     const size = checkCount(options.poolSize, "poolSize");
     const maxVmsPerWorker = checkCount(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD;
     const { workerUrl } = options;
@@ -81,7 +81,7 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
   private readonly inline: InlineLauncher | DeferredLauncher<InlineLauncher>;
 
   constructor(options: InlineCodemodeSandboxOptions = {}) {
-    checkOptions(options);
+    checkOptions(options, "InlineCodemodeSandbox", ["wasm", "maxVms"]);
     const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
     const make = (module: WebAssembly.Module) =>
       new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms });
