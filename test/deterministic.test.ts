@@ -132,6 +132,7 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     expect(bad({ signal: {} })).toThrow("signal must be an AbortSignal");
     expect(bad({ onIdle: "later" })).toThrow("onIdle must be a function");
     expect(bad({ onStarted: 1 })).toThrow("onStarted must be a function");
+    expect(bad({ onResult: () => {} })).toThrow('start options has no option "onResult"');
   });
 
   it("rejects a delivered error inside the script with its properties", async () => {

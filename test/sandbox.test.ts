@@ -474,6 +474,7 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       await expect(run("1", { timeoutMs: -1 })).rejects.toThrow(/timeoutMs must be a positive number/);
       // Not an AbortSignal: refused at once (it used to fail later, inside the host, uncaught).
       await expect(run("1", { signal: 5 as unknown as AbortSignal })).rejects.toThrow("signal must be an AbortSignal");
+      await expect(run("1", { timeout: 5 } as object)).rejects.toThrow('execute options has no option "timeout"');
       expect(() => make({ timeoutMs: 0 })).toThrow(/timeoutMs/);
       expect(() => make({ memoryLimitBytes: 10 })).toThrow(/memoryLimitBytes/);
       expect(() => make({ tools: [{ name: "", execute: () => 1 }] })).toThrow(/non-empty name/);

@@ -178,6 +178,7 @@ export abstract class CodemodeSandboxBase {
   async execute(code: string, options: CodemodeExecuteOptions = {}): Promise<CodemodeResult> {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
+    refuseUnknown(options, "execute options", ["signal", "timeoutMs", "store"]);
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     checkSignal(options.signal);
     const store = encodeStore(options.store);
@@ -208,6 +209,7 @@ export abstract class CodemodeSandboxBase {
   start(code: string, options: CodemodeRunOptions): CodemodeRun {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("start options must be an object");
+    refuseUnknown(options, "start options", RUN_OPTION_KEYS);
     if (typeof options.startedAt !== "number" || !Number.isFinite(options.startedAt)) {
       throw new TypeError("startedAt must be a finite number of ms since the epoch");
     }
@@ -360,10 +362,25 @@ const BASE_OPTION_KEYS = ["tools", "globals", "timeoutMs", "memoryLimitBytes", "
  */
 export function checkOptions(options: unknown, sandbox?: string, own: readonly string[] = []): void {
   if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
-  if (sandbox === undefined) return;
-  const known = [...BASE_OPTION_KEYS, ...own];
+  if (sandbox !== undefined) refuseUnknown(options, sandbox, [...BASE_OPTION_KEYS, ...own]);
+}
+
+const RUN_OPTION_KEYS = [
+  "startedAt",
+  "seed",
+  "tools",
+  "globals",
+  "store",
+  "signal",
+  "timeoutMs",
+  "onStarted",
+  "onCall",
+  "onIdle",
+];
+
+function refuseUnknown(options: object, what: string, known: readonly string[]): void {
   for (const key of Object.keys(options)) {
-    if (!known.includes(key)) throw new TypeError(`${sandbox} has no option "${key}" (it takes ${known.join(", ")})`);
+    if (!known.includes(key)) throw new TypeError(`${what} has no option "${key}" (it takes ${known.join(", ")})`);
   }
 }
 
