@@ -85,6 +85,14 @@ afterAll(async () => {
 });
 
 describe("createCodeTool", () => {
+  it("refuses bad options with errors that name them", () => {
+    expect(() => createCodeTool(null as never)).toThrow("createCodeTool({ tools }) needs an object of AI SDK tools");
+    expect(() => createCodeTool({ tools: {}, timeout: 5 } as never)).toThrow(
+      'createCodeTool has no option "timeout" (it takes tools, sandbox, timeoutMs, description)',
+    );
+    expect(() => createCodeTool({ tools: {}, timeoutMs: 0 })).toThrow("timeoutMs must be a positive number");
+  });
+
   it("declares the callable tools in its description", () => {
     expect(code.description).toContain("The program is the body of an async function");
     expect(code.description).toContain(code.declarations);

@@ -53,5 +53,11 @@ describe("loadQuickJSWasm", () => {
     const names = (module: WebAssembly.Module) => WebAssembly.Module.exports(module).map((e) => e.name);
     expect(names(loadQuickJSWasm())).toContain("airlock_mark_written");
     expect(names(loadQuickJSWasm(undefined, { trackWrites: false }))).not.toContain("airlock_mark_written");
+    expect(() => loadQuickJSWasm(undefined, { trackWrite: false } as object)).toThrow(
+      'loadQuickJSWasm has no option "trackWrite" (it takes trackWrites)',
+    );
+    expect(() => loadQuickJSWasm(undefined, { trackWrites: "no" as unknown as boolean })).toThrow(
+      "trackWrites must be a boolean",
+    );
   });
 });

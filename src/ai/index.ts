@@ -63,9 +63,16 @@ interface Callable {
  * (aborted too when the program ends first) and `experimental_context`, and a `toolCallId` of the form
  * `<code tool call id>/<n>`.
  */
+const CODE_TOOL_OPTION_KEYS = ["tools", "sandbox", "timeoutMs", "description"];
+
 export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   if (options === null || typeof options !== "object" || options.tools === null || typeof options.tools !== "object") {
     throw new TypeError("createCodeTool({ tools }) needs an object of AI SDK tools");
+  }
+  for (const key of Object.keys(options)) {
+    if (!CODE_TOOL_OPTION_KEYS.includes(key)) {
+      throw new TypeError(`createCodeTool has no option "${key}" (it takes ${CODE_TOOL_OPTION_KEYS.join(", ")})`);
+    }
   }
   const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
   if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {

@@ -18,8 +18,15 @@ const modules = new Map<string, WebAssembly.Module>();
  * module whose writes cannot all be tracked is refused with the reason, unless `trackWrites` is false.
  */
 export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions = {}): WebAssembly.Module {
-  const resolved = path ?? createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");
+  if (path !== undefined && typeof path !== "string") throw new TypeError("loadQuickJSWasm: path must be a string");
+  if (options === null || typeof options !== "object")
+    throw new TypeError("loadQuickJSWasm: options must be an object");
+  for (const key of Object.keys(options)) {
+    if (key !== "trackWrites") throw new TypeError(`loadQuickJSWasm has no option "${key}" (it takes trackWrites)`);
+  }
   const trackWrites = options.trackWrites ?? true;
+  if (typeof trackWrites !== "boolean") throw new TypeError("loadQuickJSWasm: trackWrites must be a boolean");
+  const resolved = path ?? createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");
   const key = `${trackWrites ? "tracked" : "plain"}:${resolved}`;
   let module = modules.get(key);
   if (!module) {
