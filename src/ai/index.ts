@@ -6,6 +6,7 @@ import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
 import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
 import { toCodemodeIdentifier } from "../identifier.ts";
+import { refuseUnknownOptions } from "../options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
@@ -63,17 +64,11 @@ interface Callable {
  * (aborted too when the program ends first) and `experimental_context`, and a `toolCallId` of the form
  * `<code tool call id>/<n>`.
  */
-const CODE_TOOL_OPTION_KEYS = ["tools", "sandbox", "timeoutMs", "description"];
-
 export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   if (options === null || typeof options !== "object" || options.tools === null || typeof options.tools !== "object") {
     throw new TypeError("createCodeTool({ tools }) needs an object of AI SDK tools");
   }
-  for (const key of Object.keys(options)) {
-    if (!CODE_TOOL_OPTION_KEYS.includes(key)) {
-      throw new TypeError(`createCodeTool has no option "${key}" (it takes ${CODE_TOOL_OPTION_KEYS.join(", ")})`);
-    }
-  }
+  refuseUnknownOptions(options, "createCodeTool", ["tools", "sandbox", "timeoutMs", "description"]);
   const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
   if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
     throw new RangeError(`timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`);

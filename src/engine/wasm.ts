@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { refuseUnknownOptions } from "../options.ts";
 import { instrumentWrites, WasmRewriteError } from "./write-tracking.ts";
 
 export interface LoadQuickJSWasmOptions {
@@ -21,9 +22,7 @@ export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions =
   if (path !== undefined && typeof path !== "string") throw new TypeError("loadQuickJSWasm: path must be a string");
   if (options === null || typeof options !== "object")
     throw new TypeError("loadQuickJSWasm: options must be an object");
-  for (const key of Object.keys(options)) {
-    if (key !== "trackWrites") throw new TypeError(`loadQuickJSWasm has no option "${key}" (it takes trackWrites)`);
-  }
+  refuseUnknownOptions(options, "loadQuickJSWasm", ["trackWrites"]);
   const trackWrites = options.trackWrites ?? true;
   if (typeof trackWrites !== "boolean") throw new TypeError("loadQuickJSWasm: trackWrites must be a boolean");
   const resolved = path ?? createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");

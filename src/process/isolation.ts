@@ -35,6 +35,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { refuseUnknownOptions } from "../options.ts";
 import type { ChildConfig } from "./child.ts";
 import { HELPER_EXIT, type HelperLimit, helperConfig, helperElf, RLIMIT } from "./helper.ts";
 import type { ChildPlan } from "./pool.ts";
@@ -282,18 +283,12 @@ const ISOLATION_KEYS: readonly (keyof ProcessIsolationOptions)[] = [
   "gid",
 ];
 
-function refuseUnknownKeys(value: object, known: readonly string[], what: string): void {
-  for (const key of Object.keys(value)) {
-    if (!known.includes(key)) throw new TypeError(`${what} has no option "${key}" (it takes ${known.join(", ")})`);
-  }
-}
-
 function checkLimits(limits: ProcessLimits | undefined, wasmPages: number, maxVms: number): Required<ProcessLimits> {
   if (limits !== undefined && (limits === null || typeof limits !== "object")) {
     throw new TypeError("isolation.limits must be an object");
   }
   const out = { ...DEFAULT_LIMITS, addressSpaceBytes: NODE_ADDRESS_SPACE_BYTES + maxVms * wasmPages * WASM_PAGE };
-  if (limits !== undefined) refuseUnknownKeys(limits, Object.keys(out), "isolation.limits");
+  if (limits !== undefined) refuseUnknownOptions(limits, "isolation.limits", Object.keys(out));
   for (const key of Object.keys(out) as (keyof ProcessLimits)[]) {
     const value = limits?.[key];
     if (value === undefined) continue;
@@ -417,7 +412,7 @@ export interface IsolationConfig {
 export function resolveIsolation(options: ProcessIsolationOptions, config: IsolationConfig): ResolvedIsolation {
   if (options === null || typeof options !== "object") throw new TypeError("isolation must be an object");
   // A misspelt protection must not pass for its default.
-  refuseUnknownKeys(options, ISOLATION_KEYS, "isolation");
+  refuseUnknownOptions(options, "isolation", ISOLATION_KEYS);
   const runtime = options.runtime ?? "bwrap";
   if (runtime !== "bwrap" && runtime !== "gvisor") throw new TypeError(`isolation.runtime must be "bwrap" or "gvisor"`);
   const wasmPages = Math.min(65536, Math.ceil((config.memoryLimitBytes + WASM_MEMORY_HEADROOM_BYTES) / WASM_PAGE));

@@ -7,6 +7,7 @@ import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
+import { refuseUnknownOptions } from "../options.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/errors.ts";
 import { stripTypeScript } from "../source/typescript.ts";
@@ -178,7 +179,7 @@ export abstract class CodemodeSandboxBase {
   async execute(code: string, options: CodemodeExecuteOptions = {}): Promise<CodemodeResult> {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
-    refuseUnknown(options, "execute options", ["signal", "timeoutMs", "store"]);
+    refuseUnknownOptions(options, "execute options", ["signal", "timeoutMs", "store"]);
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     checkSignal(options.signal);
     const store = encodeStore(options.store);
@@ -209,7 +210,7 @@ export abstract class CodemodeSandboxBase {
   start(code: string, options: CodemodeRunOptions): CodemodeRun {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("start options must be an object");
-    refuseUnknown(options, "start options", RUN_OPTION_KEYS);
+    refuseUnknownOptions(options, "start options", RUN_OPTION_KEYS);
     if (typeof options.startedAt !== "number" || !Number.isFinite(options.startedAt)) {
       throw new TypeError("startedAt must be a finite number of ms since the epoch");
     }
@@ -362,7 +363,7 @@ const BASE_OPTION_KEYS = ["tools", "globals", "timeoutMs", "memoryLimitBytes", "
  */
 export function checkOptions(options: unknown, sandbox?: string, own: readonly string[] = []): void {
   if (options === null || typeof options !== "object") throw new TypeError("sandbox options must be an object");
-  if (sandbox !== undefined) refuseUnknown(options, sandbox, [...BASE_OPTION_KEYS, ...own]);
+  if (sandbox !== undefined) refuseUnknownOptions(options, sandbox, [...BASE_OPTION_KEYS, ...own]);
 }
 
 const RUN_OPTION_KEYS = [
@@ -377,12 +378,6 @@ const RUN_OPTION_KEYS = [
   "onCall",
   "onIdle",
 ];
-
-function refuseUnknown(options: object, what: string, known: readonly string[]): void {
-  for (const key of Object.keys(options)) {
-    if (!known.includes(key)) throw new TypeError(`${what} has no option "${key}" (it takes ${known.join(", ")})`);
-  }
-}
 
 /** A count option (threads, VMs): undefined, or an integer from 1 to 1024. */
 export function checkCount(value: unknown, name: string): number | undefined {
