@@ -495,7 +495,9 @@ export class VmRunner {
       }
     }
     const deadline = run.request.deadline;
-    if (deadline !== null && Date.now() >= deadline) {
+    // Whole milliseconds on both sides: at `>=`, a run begun late in one millisecond stopped up to 1 ms before its
+    // time was up. Past it, it stops at most 1 ms after.
+    if (deadline !== null && Date.now() > deadline) {
       run.stopReason = "timeout";
       return true;
     }

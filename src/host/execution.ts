@@ -75,9 +75,19 @@ export class Execution {
     this.run = launcher.launch(options.request, (event) => this.onEvent(event));
     if (this.finished) return;
     signal?.addEventListener("abort", this.onAbort, { once: true });
-    if (Number.isFinite(timeoutMs)) {
-      this.timer = setTimeout(() => this.stop("timeout", this.timeoutMessage()), timeoutMs);
-    }
+    if (Number.isFinite(timeoutMs)) this.armDeadline(performance.now() + timeoutMs, timeoutMs);
+  }
+
+  /**
+   * A Node timer counts from the event loop's cached clock, which can be milliseconds older than the call (the loop
+   * turn was busy), so it may fire early: it is re-armed until the deadline has really passed.
+   */
+  private armDeadline(deadline: number, delay: number): void {
+    this.timer = setTimeout(() => {
+      const left = deadline - performance.now();
+      if (left > 0) this.armDeadline(deadline, left);
+      else this.stop("timeout", this.timeoutMessage());
+    }, delay);
   }
 
   private timeoutMessage(): string {
