@@ -166,7 +166,9 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     signals.length = 0;
     const controller = new AbortController();
     const pending = run("await tools.hang();", { signal: controller.signal, timeoutMs: 10_000 });
-    setTimeout(() => controller.abort(), 30);
+    // Abort once the call is under way (a fixed delay raced a busy machine's slower start).
+    while (signals.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    controller.abort();
     const result = await pending;
     expect(!result.ok && result.error.kind).toBe("aborted");
     expect(result.calls).toEqual([{ name: "hang", status: "cancelled", durationMs: expect.any(Number) }]);
