@@ -50,12 +50,7 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
       size: checkCount(options.poolSize, "poolSize") ?? Math.max(1, availableParallelism()),
       plan: isolation.plan,
     });
-    try {
-      super(options, pool);
-    } catch (error) {
-      void pool.close();
-      throw error;
-    }
+    super(options, pool);
     this.pool = pool;
     this.protections = isolation.protections;
   }

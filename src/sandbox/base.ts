@@ -91,18 +91,25 @@ export abstract class CodemodeSandboxBase {
     options: CodemodeSandboxBaseOptions,
     protected readonly launcher: Launcher,
   ) {
-    checkOptions(options);
-    this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
-    this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
-    if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
-      throw new TypeError("typescript must be a boolean");
+    try {
+      checkOptions(options);
+      this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
+      this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
+      if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
+        throw new TypeError("typescript must be a boolean");
+      }
+      this.typescript = options.typescript ?? false;
+      if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
+      if (options.globals !== undefined && !Array.isArray(options.globals))
+        throw new TypeError("globals must be an array");
+      for (const tool of options.tools ?? []) this.registerTool(tool);
+      for (const global of options.globals ?? []) this.addGlobal(global);
+    } catch (error) {
+      // The launcher is already starting (workers, children, VMs): it must not outlive the error, nor keep the host
+      // process alive.
+      void launcher.close();
+      throw error;
     }
-    this.typescript = options.typescript ?? false;
-    if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
-    if (options.globals !== undefined && !Array.isArray(options.globals))
-      throw new TypeError("globals must be an array");
-    for (const tool of options.tools ?? []) this.registerTool(tool);
-    for (const global of options.globals ?? []) this.addGlobal(global);
   }
 
   /** The registered tools, for `renderDeclarations`. */

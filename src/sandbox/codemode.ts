@@ -50,13 +50,7 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
     }
     const make = (module: WebAssembly.Module) => new WorkerPool({ module, size, maxVmsPerWorker, workerUrl });
     const pool = withModule(options.wasm, make);
-    try {
-      super(options, pool);
-    } catch (error) {
-      // Options the base refuses: the workers already starting must not outlive the error (nor keep the host alive).
-      void pool.close();
-      throw error;
-    }
+    super(options, pool);
     this.pool = pool;
   }
 
@@ -86,12 +80,7 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
     const make = (module: WebAssembly.Module) =>
       new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms });
     const inline = withModule(options.wasm, make);
-    try {
-      super(options, inline);
-    } catch (error) {
-      void inline.close();
-      throw error;
-    }
+    super(options, inline);
     this.inline = inline;
   }
 
