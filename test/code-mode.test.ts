@@ -227,7 +227,7 @@ describe("programs", () => {
     }
     expect(() =>
       defineCodeProgram({ ...definitionOf(a), limits: { ...LIMITS, extra: 1 } as CodeProgramLimits }),
-    ).toThrow(/unknown limit/);
+    ).toThrow(/program limits has no limit "extra"/);
     expect(() => defineCodeProgram({ ...definitionOf(a), language: "python" as "javascript" })).toThrow(AirlockError);
     expect(() => defineCodeProgram({ ...definitionOf(a), tools: [{ ...echo }] })).toThrow(/defineTool/);
     expect(() => defineCodeProgram({ ...definitionOf(a), tools: [echo, echo] })).toThrow(/distinct/);
@@ -255,6 +255,23 @@ describe("programs", () => {
       },
     );
     expect(codeOf(badScope)).toBe("INVALID_CONFIG");
+  });
+
+  it("refuses misspelt fields and options, naming them (INVALID_CONFIG)", async () => {
+    const program = makeProgram("async () => 1");
+    expect(() => defineCodeProgram({ ...definitionOf(program), limit: LIMITS } as never)).toThrow(
+      /a program definition has no field "limit"/,
+    );
+    // A program's own fields are accepted: one derives from another by spreading it.
+    expect(defineCodeProgram({ ...program, id: "derived" }).id).toBe("derived");
+    expect(() => createCodeMode({ adapter, invokeTool: allowAll, maxToolResultByte: 10 } as never)).toThrowError(
+      expect.objectContaining({ code: "INVALID_CONFIG", message: expect.stringMatching(/"maxToolResultByte"/) }),
+    );
+    const misspelt = await mode.execute(program, {}, { ...run(), signa: AbortSignal.timeout(1) } as never);
+    expect(misspelt).toMatchObject({
+      status: "failed",
+      error: { code: "INVALID_CONFIG", message: expect.stringMatching(/^execute has no option "signa"/) },
+    });
   });
 });
 

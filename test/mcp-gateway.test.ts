@@ -10,7 +10,14 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { countTokens, McpGateway, serveGatewayHttp } from "airlock/mcp";
+import {
+  connectMcpServers,
+  countTokens,
+  McpGateway,
+  parseMcpConfig,
+  serveGatewayHttp,
+  serveGatewayStdio,
+} from "airlock/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   everything,
@@ -483,6 +490,35 @@ describe("the gateway as a library", () => {
       expect(JSON.parse(textOf(run))).toEqual({ grown: 1 });
     } finally {
       await client.close();
+      await gateway.close();
+    }
+  });
+
+  it("refuses misspelt options, naming them: a misspelt bearerToken never serves without a token", async () => {
+    const config = { mcpServers: { paged: paged("--tools", "1") } };
+    // Refused before any server is started.
+    await expect(McpGateway.start(config, { poolSize: 1, readonly: true } as never)).rejects.toThrow(
+      /startMcpGateway has no option "readonly" \(it takes timeoutMs, /,
+    );
+    await expect(connectMcpServers(config, { readonly: true } as never)).rejects.toThrow(
+      /connectMcpServers has no option "readonly"/,
+    );
+    expect(() => parseMcpConfig(config, { readonly: true } as never)).toThrow(
+      /parseMcpConfig has no option "readonly"/,
+    );
+    const warnings: string[] = [];
+    // Gateway and connection options together are taken, each by its part.
+    const gateway = await McpGateway.start(config, { poolSize: 1, readOnly: true, onWarning: (w) => warnings.push(w) });
+    try {
+      expect(() => new McpGateway(gateway.toolset, { timeout: 5 } as never)).toThrow(
+        /McpGateway has no option "timeout"/,
+      );
+      await expect(serveGatewayHttp(gateway, { port: 0, bearer_token: "s3cret" } as never)).rejects.toThrow(
+        /serveGatewayHttp has no option "bearer_token"/,
+      );
+      await expect(serveGatewayStdio(gateway, { stdn: process.stdin } as never)).rejects.toThrow(/"stdn"/);
+      await expect(gateway.execute("return 1", { stor: {} } as never)).rejects.toThrow(/execute has no option "stor"/);
+    } finally {
       await gateway.close();
     }
   });

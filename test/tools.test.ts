@@ -85,6 +85,17 @@ describe("defineTool", () => {
       }
     }
   });
+
+  it("refuses a misspelt field, naming it, instead of leaving the tool unguarded", () => {
+    // `permision` would otherwise leave the tool callable without the permission it was meant to require.
+    const misspelt = { ...price, permision: ["hr:read"] } as unknown as Parameters<typeof defineTool>[0];
+    expect(() => defineTool(misspelt)).toThrow(/a tool definition has no field "permision" \(it takes id, /);
+    expect(() => defineTool({ ...price, timeoutMs: 5 } as unknown as Parameters<typeof defineTool>[0])).toThrow(
+      AirlockError,
+    );
+    // A tool's own fields are accepted, so that a tool derives from another by spreading it.
+    expect(defineTool({ ...price, id: "catalog.price2" }).id).toBe("catalog.price2");
+  });
 });
 
 describe("invokeTool", () => {
@@ -104,6 +115,11 @@ describe("invokeTool", () => {
       codeOf(await call(price, { sku: "a" }, { permissions: { allow: "tool:catalog.price" as unknown as [] } })),
     ).toBe("INVALID_CONFIG");
     expect(codeOf(await call(price, { sku: "a" }, { runId: "" }))).toBe("INVALID_CONFIG");
+    const misspelt = await call(price, { sku: "a" }, { maxOutputByte: 10 } as Partial<InvokeToolOptions>);
+    expect(misspelt).toMatchObject({
+      status: "failed",
+      error: { code: "INVALID_CONFIG", message: expect.stringMatching(/^invokeTool has no option "maxOutputByte"/) },
+    });
   });
 
   it("checks permissions as exact strings: tool, effect and every capability; no wildcards", async () => {

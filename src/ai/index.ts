@@ -6,7 +6,7 @@ import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
 import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
 import { toCodemodeIdentifier } from "../identifier.ts";
-import { refuseUnknownOptions } from "../options.ts";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
@@ -68,7 +68,11 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   if (options === null || typeof options !== "object" || options.tools === null || typeof options.tools !== "object") {
     throw new TypeError("createCodeTool({ tools }) needs an object of AI SDK tools");
   }
-  refuseUnknownOptions(options, "createCodeTool", ["tools", "sandbox", "timeoutMs", "description"]);
+  refuseUnknownOptions(
+    options,
+    "createCodeTool",
+    optionKeys<CreateCodeToolOptions>({ tools: true, sandbox: true, timeoutMs: true, description: true }),
+  );
   const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
   if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
     throw new RangeError(`timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`);

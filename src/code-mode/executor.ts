@@ -12,6 +12,7 @@
  */
 import type { z } from "zod";
 import { type JsonValue, parseJson, tryCopyJson } from "../json/index.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import type { AnyTool, Scope } from "../tools/define.ts";
 import {
   AirlockError,
@@ -95,6 +96,20 @@ export interface CodeExecuteOptions {
   /** The caller's tool set (`registry.for(caller)`): program tools outside it are PERMISSION_DENIED. */
   caller?: CallerTools;
 }
+
+const CREATE_CODE_MODE_KEYS = optionKeys<CreateCodeModeOptions>({
+  adapter: true,
+  invokeTool: true,
+  allowTestAdapter: true,
+  maxToolResultBytes: true,
+});
+const EXECUTE_KEYS = optionKeys<CodeExecuteOptions>({
+  runId: true,
+  executionId: true,
+  scope: true,
+  signal: true,
+  caller: true,
+});
 
 export interface CodeUsage {
   /** Calls handed to the broker. */
@@ -187,6 +202,8 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
   if (typeof options !== "object" || options === null) {
     throw configError("createCodeMode needs { adapter, invokeTool }");
   }
+  const unknown = unknownOption(options, "createCodeMode", CREATE_CODE_MODE_KEYS);
+  if (unknown !== undefined) throw configError(unknown);
   const { adapter, invokeTool, allowTestAdapter } = options;
   if (!isSandboxAdapter(adapter)) {
     throw configError(
@@ -231,6 +248,8 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
       if (typeof executeOptions !== "object" || executeOptions === null) {
         return refuse("INVALID_CONFIG", "execute needs options { runId, executionId, scope }");
       }
+      const unknownKey = unknownOption(executeOptions, "execute", EXECUTE_KEYS);
+      if (unknownKey !== undefined) return refuse("INVALID_CONFIG", unknownKey);
       const { executionId } = executeOptions;
       if (!isId(executionId))
         return refuse("INVALID_CONFIG", `executionId must be a string of 1-${MAX_ID_CHARS} characters`);

@@ -5,6 +5,7 @@
  */
 import type { z } from "zod";
 import { jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
 import { configError } from "../tools/errors.ts";
 import { checkInteger, checkName, checkSchema, checkText, schemaDescription } from "../tools/validate.ts";
@@ -91,6 +92,28 @@ export interface CodeProgram<I extends z.ZodType = z.ZodType, O extends z.ZodTyp
   readonly digest: string;
 }
 
+/** A definition's fields, and a program's own (recomputed), so that `defineCodeProgram({ ...program, id })` works. */
+const PROGRAM_DEFINITION_KEYS = [
+  ...optionKeys<CodeProgramDefinition<z.ZodType, z.ZodType>>({
+    id: true,
+    version: true,
+    intent: true,
+    language: true,
+    source: true,
+    input: true,
+    output: true,
+    inputSchemaId: true,
+    outputSchemaId: true,
+    tools: true,
+    limits: true,
+  }),
+  ...optionKeys<Omit<CodeProgram, keyof CodeProgramDefinition<z.ZodType, z.ZodType>>>({
+    kind: true,
+    maximumCostMicros: true,
+    digest: true,
+  }),
+];
+
 // biome-ignore lint/suspicious/noExplicitAny: a program of any schemas.
 export type AnyCodeProgram = CodeProgram<any, any>;
 
@@ -107,6 +130,8 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineCodeProgram needs a definition object");
   }
+  const unknown = unknownOption(definition, "a program definition", PROGRAM_DEFINITION_KEYS, "field");
+  if (unknown !== undefined) throw configError(unknown);
   const id = checkName(definition.id, "program id");
   const version = checkName(definition.version, "program version");
   const intent = checkText(definition.intent, "program intent");
@@ -172,9 +197,8 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
 
 function checkLimits(value: unknown): CodeProgramLimits {
   if (typeof value !== "object" || value === null) throw configError("program limits are required");
-  for (const key of Object.keys(value)) {
-    if (!LIMIT_NAMES.includes(key as keyof CodeProgramLimits)) throw configError(`program limits has an unknown limit`);
-  }
+  const unknown = unknownOption(value, "program limits", LIMIT_NAMES, "limit");
+  if (unknown !== undefined) throw configError(unknown);
   const limits = {} as Record<keyof CodeProgramLimits, number>;
   for (const name of LIMIT_NAMES) {
     const [min, max] = CODE_PROGRAM_LIMIT_RANGES[name];

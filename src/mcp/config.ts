@@ -4,6 +4,7 @@
  * (`readOnly`). Values may use `${VAR}` and `${VAR:-default}` to read the environment.
  */
 import { readFile } from "node:fs/promises";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { McpConfigError } from "./errors.ts";
 import { serverPrefix } from "./names.ts";
 
@@ -77,6 +78,7 @@ export interface ParseMcpConfigOptions {
   source?: string;
 }
 
+const PARSE_KEYS = optionKeys<ParseMcpConfigOptions>({ env: true, readOnly: true, source: true });
 const STDIO_FIELDS = new Set(["type", "command", "args", "env", "cwd", "tools", "readOnly", "disabled"]);
 const HTTP_FIELDS = new Set(["type", "url", "headers", "tools", "readOnly", "disabled"]);
 const HTTP_TYPES = new Set(["http", "streamable-http", "streamableHttp"]);
@@ -105,6 +107,7 @@ export async function loadMcpConfig(path: string, options: ParseMcpConfigOptions
 
 /** Checks a config object. Throws `McpConfigError` naming the server and field at the first problem. */
 export function parseMcpConfig(value: unknown, options: ParseMcpConfigOptions = {}): ParsedMcpConfig {
+  refuseUnknownOptions(options, "parseMcpConfig", PARSE_KEYS);
   const source = options.source ?? "the config";
   const env = options.env ?? process.env;
   if (!isRecord(value))

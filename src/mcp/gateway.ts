@@ -7,6 +7,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { z } from "zod";
 import { describeTool } from "../declarations/describe.ts";
 import { renderDeclarations, renderToolIndex, renderToolSignature, searchTools } from "../declarations/index.ts";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
@@ -14,7 +15,7 @@ import type { CodemodeResult } from "../types.ts";
 import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "./defaults.ts";
 import { MCP_TOOL_SEPARATOR } from "./names.ts";
 import { formatRunResult, type McpToolResult } from "./output.ts";
-import { type ConnectMcpServersOptions, type McpTool, McpToolset } from "./toolset.ts";
+import { CONNECT_KEYS, type ConnectMcpServersOptions, type McpTool, McpToolset } from "./toolset.ts";
 
 /**
  * Full declarations up to this many characters (about 2,000 tokens) go into `execute`'s description; a larger catalog
@@ -56,6 +57,24 @@ export interface GatewayExecuteOptions {
   store?: Record<string, unknown>;
 }
 
+const GATEWAY_KEYS = optionKeys<McpGatewayOptions>({
+  timeoutMs: true,
+  memoryLimitBytes: true,
+  maxOutputTokens: true,
+  poolSize: true,
+  sandbox: true,
+  inlineDeclarationsMaxChars: true,
+  serverInfo: true,
+});
+
+/** `options` split into those whose key is in `keys` and the rest. */
+function split<T extends object>(options: T, keys: readonly string[]): [Partial<T>, Partial<T>] {
+  const chosen: Record<string, unknown> = {};
+  const rest: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(options)) (keys.includes(key) ? chosen : rest)[key] = value;
+  return [chosen as Partial<T>, rest as Partial<T>];
+}
+
 /** The gateway: a toolset, a sandbox holding its tools, and MCP servers made on demand, one per client session. */
 export class McpGateway {
   readonly toolset: McpToolset;
@@ -72,6 +91,7 @@ export class McpGateway {
   private closed = false;
 
   constructor(toolset: McpToolset, options: McpGatewayOptions = {}, ownsToolset = false) {
+    refuseUnknownOptions(options, "McpGateway", GATEWAY_KEYS);
     this.toolset = toolset;
     this.ownsToolset = ownsToolset;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_GATEWAY_TIMEOUT_MS;
@@ -98,9 +118,11 @@ export class McpGateway {
 
   /** Connects the servers of `config` (see `McpToolset.connect`) and starts a gateway in front of them. */
   static async start(config: unknown, options: McpGatewayOptions & ConnectMcpServersOptions = {}): Promise<McpGateway> {
-    const toolset = await McpToolset.connect(config, options);
+    refuseUnknownOptions(options, "startMcpGateway", [...GATEWAY_KEYS, ...CONNECT_KEYS]);
+    const [gatewayOptions, connectOptions] = split(options, GATEWAY_KEYS);
+    const toolset = await McpToolset.connect(config, connectOptions);
     try {
-      return new McpGateway(toolset, options, true);
+      return new McpGateway(toolset, gatewayOptions, true);
     } catch (error) {
       await toolset.close();
       throw error;
@@ -155,6 +177,7 @@ export class McpGateway {
    * stripped) and gives its output and value, or its error, as MCP content.
    */
   async execute(code: string, options: GatewayExecuteOptions = {}): Promise<McpToolResult> {
+    refuseUnknownOptions(options, "execute", ["signal", "store"]);
     let script: string;
     let timeoutMs = this.timeoutMs;
     let maxOutputTokens = this.maxOutputTokens;

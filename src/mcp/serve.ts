@@ -6,6 +6,7 @@ import type { Readable, Writable } from "node:stream";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { DEFAULT_HTTP_HOST, DEFAULT_SESSION_IDLE_MS } from "./defaults.ts";
 import type { McpGateway } from "./gateway.ts";
 
@@ -29,6 +30,7 @@ export interface StdioServing {
 
 /** Serves the gateway on stdin and stdout, to one client (the gateway itself is not closed). */
 export async function serveGatewayStdio(gateway: McpGateway, options: ServeStdioOptions = {}): Promise<StdioServing> {
+  refuseUnknownOptions(options, "serveGatewayStdio", ["stdin", "stdout"]);
   const stdin = options.stdin ?? process.stdin;
   const stdout = options.stdout ?? process.stdout;
   const server = gateway.createServer();
@@ -85,6 +87,15 @@ export interface ServeHttpOptions {
   bearerToken?: string;
 }
 
+const HTTP_KEYS = optionKeys<ServeHttpOptions>({
+  port: true,
+  host: true,
+  path: true,
+  allowedHosts: true,
+  sessionIdleMs: true,
+  bearerToken: true,
+});
+
 export interface HttpServing {
   /** The endpoint, for example `http://127.0.0.1:3000/mcp`. */
   readonly url: string;
@@ -105,6 +116,8 @@ interface Session {
 
 /** Serves the gateway over Streamable HTTP: each client that initializes gets its own session and MCP server. */
 export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOptions): Promise<HttpServing> {
+  // A misspelt bearerToken must not serve without one.
+  refuseUnknownOptions(options, "serveGatewayHttp", HTTP_KEYS);
   const host = options.host ?? DEFAULT_HTTP_HOST;
   const path = options.path ?? DEFAULT_HTTP_PATH;
   const allowedHosts = options.allowedHosts ?? (isLoopback(host) ? ["localhost", "127.0.0.1", "[::1]"] : null);

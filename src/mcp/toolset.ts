@@ -3,12 +3,13 @@
  * by the server's allow-list and read-only mode, and named `<server>__<tool>` (see `names.ts`).
  */
 import type { Tool } from "@modelcontextprotocol/sdk/types.js";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { CodemodeTool, CodemodeToolContext } from "../types.ts";
 import { type McpServerSpec, type ParsedMcpConfig, parseMcpConfig } from "./config.ts";
 import { McpToolCollisionError } from "./errors.ts";
 import { mcpToolName } from "./names.ts";
 import { callResultErrorMessage, callResultToValue } from "./result.ts";
-import { McpUpstream, type McpUpstreamOptions } from "./upstream.ts";
+import { McpUpstream, type McpUpstreamOptions, UPSTREAM_KEYS } from "./upstream.ts";
 
 /** A sandbox tool backed by a tool of an upstream server. */
 export interface McpTool extends CodemodeTool {
@@ -33,6 +34,11 @@ export interface ConnectMcpServersOptions extends Omit<McpUpstreamOptions, "onTo
   onWarning?: (message: string) => void;
 }
 
+export const CONNECT_KEYS = [
+  ...UPSTREAM_KEYS.filter((key) => key !== "onToolsChanged"),
+  ...optionKeys<Omit<ConnectMcpServersOptions, keyof McpUpstreamOptions>>({ readOnly: true, onWarning: true }),
+];
+
 /** The tools of a set of connected upstream servers. */
 export class McpToolset {
   private readonly toolsByServer = new Map<string, McpTool[]>();
@@ -51,6 +57,8 @@ export class McpToolset {
    * name throw an `McpToolCollisionError`.
    */
   static async connect(config: unknown, options: ConnectMcpServersOptions = {}): Promise<McpToolset> {
+    refuseUnknownOptions(options, "connectMcpServers", CONNECT_KEYS);
+    const { clientInfo, connectTimeoutMs, callTimeoutMs, onStderr } = options;
     const parsed = isParsed(config)
       ? config
       : parseMcpConfig(config, options.readOnly === undefined ? {} : { readOnly: options.readOnly });
@@ -59,7 +67,14 @@ export class McpToolset {
     const specs = parsed.servers.map((spec) => (options.readOnly ? { ...spec, readOnly: true } : spec));
     let toolset: McpToolset | undefined;
     const upstreams = specs.map(
-      (spec) => new McpUpstream(spec, { ...options, onToolsChanged: (server) => void toolset?.refresh(server) }),
+      (spec) =>
+        new McpUpstream(spec, {
+          clientInfo,
+          connectTimeoutMs,
+          callTimeoutMs,
+          onStderr,
+          onToolsChanged: (server) => void toolset?.refresh(server),
+        }),
     );
     toolset = new McpToolset(upstreams, warn);
     const listed = await Promise.allSettled(upstreams.map((upstream) => upstream.listTools()));

@@ -7,6 +7,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { type CallToolResult, ErrorCode, McpError, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
 
@@ -40,6 +41,14 @@ export interface McpUpstreamOptions {
   onToolsChanged?: (server: string) => void;
 }
 
+export const UPSTREAM_KEYS = optionKeys<McpUpstreamOptions>({
+  clientInfo: true,
+  connectTimeoutMs: true,
+  callTimeoutMs: true,
+  onStderr: true,
+  onToolsChanged: true,
+});
+
 export interface McpCallOptions {
   signal?: AbortSignal;
   /**
@@ -68,6 +77,7 @@ export class McpUpstream {
     spec: McpServerSpec,
     private readonly options: McpUpstreamOptions = {},
   ) {
+    refuseUnknownOptions(options, "McpUpstream", UPSTREAM_KEYS);
     this.spec = spec;
     this.clientInfo = options.clientInfo ?? { name: "airlock", version: "0.1.0" };
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;

@@ -7,7 +7,7 @@ import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
-import { refuseUnknownOptions } from "../options.ts";
+import { optionKeys, refuseUnknownOptions } from "../options.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/errors.ts";
 import { stripTypeScript } from "../source/typescript.ts";
@@ -186,7 +186,7 @@ export abstract class CodemodeSandboxBase {
   async execute(code: string, options: CodemodeExecuteOptions = {}): Promise<CodemodeResult> {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
-    refuseUnknownOptions(options, "execute options", ["signal", "timeoutMs", "store"]);
+    refuseUnknownOptions(options, "execute options", EXECUTE_OPTION_KEYS);
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     checkSignal(options.signal);
     const store = encodeStore(options.store);
@@ -361,7 +361,14 @@ function checkTool(tool: CodemodeTool, what: string): void {
 }
 
 /** Options every sandbox takes (CodemodeSandboxBaseOptions). */
-const BASE_OPTION_KEYS = ["tools", "globals", "timeoutMs", "memoryLimitBytes", "typescript"];
+const BASE_OPTION_KEYS = optionKeys<CodemodeSandboxBaseOptions>({
+  tools: true,
+  globals: true,
+  timeoutMs: true,
+  memoryLimitBytes: true,
+  typescript: true,
+});
+const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({ signal: true, timeoutMs: true, store: true });
 
 /**
  * Throws unless the options argument of a sandbox constructor is an object, checked before any option is read; with
@@ -373,18 +380,18 @@ export function checkOptions(options: unknown, sandbox?: string, own: readonly s
   if (sandbox !== undefined) refuseUnknownOptions(options, sandbox, [...BASE_OPTION_KEYS, ...own]);
 }
 
-const RUN_OPTION_KEYS = [
-  "startedAt",
-  "seed",
-  "tools",
-  "globals",
-  "store",
-  "signal",
-  "timeoutMs",
-  "onStarted",
-  "onCall",
-  "onIdle",
-];
+const RUN_OPTION_KEYS = optionKeys<CodemodeRunOptions>({
+  startedAt: true,
+  seed: true,
+  tools: true,
+  globals: true,
+  store: true,
+  signal: true,
+  timeoutMs: true,
+  onStarted: true,
+  onCall: true,
+  onIdle: true,
+});
 
 /** A count option (threads, VMs): undefined, or an integer from 1 to 1024. */
 export function checkCount(value: unknown, name: string): number | undefined {

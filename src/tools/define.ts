@@ -1,6 +1,7 @@
 /** Typed tools: `defineTool` validates a definition once and returns a frozen tool with a digest. */
 import type { z } from "zod";
 import { type JsonValue, jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "./errors.ts";
 import {
   checkInteger,
@@ -94,6 +95,26 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   execute(input: z.output<I>, context: ToolContext): Promise<z.input<O>> | z.input<O>;
 }
 
+/** A definition's fields, and a tool's own (recomputed), so that `defineTool({ ...tool, id })` derives a tool. */
+const TOOL_DEFINITION_KEYS = [
+  ...optionKeys<ToolDefinition<z.ZodType, z.ZodType>>({
+    id: true,
+    version: true,
+    description: true,
+    input: true,
+    output: true,
+    effects: true,
+    capabilities: true,
+    costMicros: true,
+    execute: true,
+    guards: true,
+    roles: true,
+    permissions: true,
+    timeoutMillis: true,
+  }),
+  ...optionKeys<Omit<Tool, keyof ToolDefinition<z.ZodType, z.ZodType>>>({ kind: true, digest: true }),
+];
+
 // biome-ignore lint/suspicious/noExplicitAny: a tool of any schemas; its execute is only ever called with validated input.
 export type AnyTool = Tool<any, any>;
 
@@ -111,6 +132,8 @@ export function requiredPermissions(tool: AnyTool): readonly string[] {
 
 export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition: ToolDefinition<I, O>): Tool<I, O> {
   if (typeof definition !== "object" || definition === null) throw configError("defineTool needs a definition object");
+  const unknown = unknownOption(definition, "a tool definition", TOOL_DEFINITION_KEYS, "field");
+  if (unknown !== undefined) throw configError(unknown);
   const id = checkName(definition.id, "tool id");
   const version = checkName(definition.version, "tool version");
   const description = checkText(definition.description, "tool description");

@@ -11,6 +11,7 @@
  */
 import type { z } from "zod";
 import { type JsonValue, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import { Budget } from "./budget.ts";
 import { type AnyTool, isTool, requiredPermissions, type Scope, type Tool, type ToolContext } from "./define.ts";
 import { type ErrorCode, type FailedOutcome, failure, type Outcome } from "./errors.ts";
@@ -65,6 +66,28 @@ export interface InvokeToolOptions {
 }
 
 /** Cost a settled call spent or left unknown, for outcomes made here (read by the code-mode executor). */
+/**
+ * invokeTool's options, and the other fields of a code-mode call context (not used here), so that a broker can pass
+ * `{ ...context, permissions, budget }` on.
+ */
+const INVOKE_KEYS = [
+  ...optionKeys<InvokeToolOptions>({
+    runId: true,
+    callId: true,
+    scope: true,
+    signal: true,
+    permissions: true,
+    budget: true,
+    onCall: true,
+    maxInputBytes: true,
+    maxOutputBytes: true,
+  }),
+  "executionId",
+  "programId",
+  "programDigest",
+  "caller",
+];
+
 export interface CallCost {
   readonly spentMicros: number;
   readonly unknownMicros: number;
@@ -156,6 +179,8 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   if (typeof options !== "object" || options === null) {
     return failure("INVALID_CONFIG", "invokeTool needs options { runId, callId, scope, permissions, budget }");
   }
+  const unknown = unknownOption(options, "invokeTool", INVOKE_KEYS);
+  if (unknown !== undefined) return failure("INVALID_CONFIG", unknown);
   const { runId, callId, signal, budget, onCall } = options;
   if (!isId(runId) || !isId(callId)) {
     return failure("INVALID_CONFIG", `runId and callId must be strings of 1-${MAX_ID_CHARS} characters`);
