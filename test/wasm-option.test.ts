@@ -1,5 +1,6 @@
 /** The `wasm` option: a compiled module, or a promise of one (as `loadQuickJSWasm(path)` users pass it); and the loader. */
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CodemodeSandbox, InlineCodemodeSandbox, loadQuickJSWasm, WasmRewriteError } from "airlock";
@@ -59,5 +60,42 @@ describe("loadQuickJSWasm", () => {
     expect(() => loadQuickJSWasm(undefined, { trackWrites: "no" as unknown as boolean })).toThrow(
       "trackWrites must be a boolean",
     );
+  });
+});
+
+describe("the prebuilt instrumented module", () => {
+  const engine = new URL("../dist/engine/", import.meta.url);
+  const installed = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
+
+  it("is what the rewrite makes of the installed binary, and is used for exactly those bytes", async () => {
+    const { instrumentWrites } = await import("../dist/engine/write-tracking.js");
+    const { prebuiltTrackedModule } = await import("../dist/engine/prebuilt-wasm.js");
+    const prebuilt = prebuiltTrackedModule(installed);
+    expect(prebuilt).toBeDefined();
+    expect(Buffer.from(prebuilt as Uint8Array).equals(Buffer.from(instrumentWrites(installed)))).toBe(true);
+    const changed = Buffer.from(installed);
+    changed.writeUInt8(changed.readUInt8(0x100) ^ 1, 0x100);
+    expect(prebuiltTrackedModule(changed)).toBeUndefined();
+  });
+
+  it("is not used when the rewriter changed since the build, or when the file does not match its digest", async () => {
+    const copy = (dir: string) => {
+      const files = ["prebuilt-wasm.js", "write-tracking.js", "quickjs-tracked.wasm", "quickjs-tracked.json"];
+      for (const file of [...files, "prebuilt-wasm.js.map", "write-tracking.js.map"]) {
+        copyFileSync(new URL(file, engine), join(dir, file));
+      }
+      return dir;
+    };
+    const intact = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    expect((await import(join(intact, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeDefined();
+    const newerRewriter = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    appendFileSync(join(newerRewriter, "write-tracking.js"), "\n// changed\n");
+    expect((await import(join(newerRewriter, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    const torn = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    writeFileSync(
+      join(torn, "quickjs-tracked.wasm"),
+      readFileSync(new URL("quickjs-tracked.wasm", engine)).subarray(1),
+    );
+    expect((await import(join(torn, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
   });
 });

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { refuseUnknownOptions } from "../options.ts";
+import { prebuiltTrackedModule } from "./prebuilt-wasm.ts";
 import { instrumentWrites, WasmRewriteError } from "./write-tracking.ts";
 
 export interface LoadQuickJSWasmOptions {
@@ -37,6 +38,8 @@ export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions =
 }
 
 function instrument(bytes: Uint8Array, path: string): Uint8Array<ArrayBuffer> {
+  const prebuilt = prebuiltTrackedModule(bytes);
+  if (prebuilt) return prebuilt;
   try {
     return instrumentWrites(bytes);
   } catch (error) {

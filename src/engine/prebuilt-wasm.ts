@@ -1,0 +1,53 @@
+/**
+ * QuickJS's module with its writes instrumented, made once by the build instead of at every process start: the
+ * rewrite takes 50-100 ms in a fresh process (its code has not been optimised yet), which every CLI run and every
+ * process-tier child would pay. The file is used only for the exact source bytes it was made from and the exact
+ * rewriter that made it (both digests are kept beside it); anything else, or no file, is rewritten as before, with
+ * the same result.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { instrumentWrites } from "./write-tracking.ts";
+
+const MODULE_FILE = new URL("./quickjs-tracked.wasm", import.meta.url);
+const DIGESTS_FILE = new URL("./quickjs-tracked.json", import.meta.url);
+/** The rewriter's own file, as it is run (its digest tells a prebuilt module made by an older rewriter). */
+const REWRITER_FILE = new URL(`./write-tracking${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url);
+
+interface Digests {
+  source: string;
+  rewriter: string;
+  module: string;
+}
+
+const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+
+/** The prebuilt instrumented module for `source`, or undefined when there is none for exactly these bytes. */
+export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffer> | undefined {
+  let digests: Digests;
+  let bytes: Buffer;
+  try {
+    digests = JSON.parse(readFileSync(DIGESTS_FILE, "utf8")) as Digests;
+    if (digests.source !== sha256(source) || digests.rewriter !== sha256(readFileSync(REWRITER_FILE))) return undefined;
+    bytes = readFileSync(MODULE_FILE);
+  } catch {
+    return undefined;
+  }
+  // A module file that does not match its digest (a torn copy) is not used.
+  if (sha256(bytes) !== digests.module) return undefined;
+  return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) as Uint8Array<ArrayBuffer>;
+}
+
+/** Writes the instrumented module of the installed quickjs-wasi beside this file (run by `npm run build`). */
+export function writePrebuiltTrackedModule(): void {
+  const source = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
+  const module = instrumentWrites(source);
+  writeFileSync(MODULE_FILE, module);
+  const digests: Digests = {
+    source: sha256(source),
+    rewriter: sha256(readFileSync(REWRITER_FILE)),
+    module: sha256(module),
+  };
+  writeFileSync(DIGESTS_FILE, `${JSON.stringify(digests, null, 2)}\n`);
+}
