@@ -474,6 +474,27 @@ describe("clear errors", () => {
     ]);
   });
 
+  it("refuses a field that differs from one of its own only in case or separators, instead of ignoring it", () => {
+    // Ignoring `readonly` would expose the server's write tools.
+    expect(() => parseMcpConfig({ mcpServers: { mem: { command: "x", readonly: true } } })).toThrow(
+      'the config: server "mem": unknown field "readonly"; did you mean "readOnly"?',
+    );
+    expect(() => parseMcpConfig({ mcpServers: { mem: { url: "https://example.com", Tools: ["a"] } } })).toThrow(
+      /unknown field "Tools"; did you mean "tools"\?/,
+    );
+    expect(() => parseMcpConfig({ read_only: true, mcpServers: {} })).toThrow(
+      'the config: unknown field "read_only"; did you mean "readOnly"?',
+    );
+    const error = (() => {
+      try {
+        parseMcpConfig({ mcpServers: { mem: { command: "x", read_only: true } } });
+      } catch (e) {
+        return e as McpConfigError;
+      }
+    })();
+    expect(error).toMatchObject({ server: "mem", field: "read_only" });
+  });
+
   it("reports an upstream that does not start with its stderr tail", async () => {
     const error = await McpToolset.connect({
       mcpServers: { fine: everything(), broken: paged("--fail-start") },

@@ -81,6 +81,7 @@ export interface ParseMcpConfigOptions {
 const PARSE_KEYS = optionKeys<ParseMcpConfigOptions>({ env: true, readOnly: true, source: true });
 const STDIO_FIELDS = new Set(["type", "command", "args", "env", "cwd", "tools", "readOnly", "disabled"]);
 const HTTP_FIELDS = new Set(["type", "url", "headers", "tools", "readOnly", "disabled"]);
+const TOP_FIELDS = new Set(["mcpServers", "readOnly"]);
 const HTTP_TYPES = new Set(["http", "streamable-http", "streamableHttp"]);
 const EXAMPLE =
   '{ "mcpServers": { "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."] } } }';
@@ -105,6 +106,20 @@ export async function loadMcpConfig(path: string, options: ParseMcpConfigOptions
   return parseMcpConfig(value, { source: path, ...options });
 }
 
+/**
+ * Other clients' configs carry fields of their own, so an unknown field is only a warning; but one that differs from a
+ * field of ours only in case or separators (`readonly`, `read_only`, `Tools`) is a misspelling, and ignoring it would
+ * quietly widen what the gateway exposes.
+ */
+function refuseNearMiss(key: string, known: ReadonlySet<string>, where: string, server?: string): void {
+  const loose = (field: string) => field.toLowerCase().replace(/[-_]/g, "");
+  for (const field of known) {
+    if (loose(field) === loose(key)) {
+      throw new McpConfigError(`${where}: unknown field "${key}"; did you mean "${field}"?`, { server, field: key });
+    }
+  }
+}
+
 /** Checks a config object. Throws `McpConfigError` naming the server and field at the first problem. */
 export function parseMcpConfig(value: unknown, options: ParseMcpConfigOptions = {}): ParsedMcpConfig {
   refuseUnknownOptions(options, "parseMcpConfig", PARSE_KEYS);
@@ -114,8 +129,9 @@ export function parseMcpConfig(value: unknown, options: ParseMcpConfigOptions = 
     throw new McpConfigError(`${source} must be a JSON object like ${EXAMPLE}, got ${describe(value)}`);
   const warnings: string[] = [];
   for (const key of Object.keys(value)) {
-    if (key !== "mcpServers" && key !== "readOnly")
-      warnings.push(`${source}: unknown top-level field "${key}" ignored`);
+    if (key === "mcpServers" || key === "readOnly") continue;
+    refuseNearMiss(key, TOP_FIELDS, source);
+    warnings.push(`${source}: unknown top-level field "${key}" ignored`);
   }
   const servers = value.mcpServers;
   if (servers === undefined) {
@@ -185,7 +201,9 @@ function parseServer(
   }
   const known = hasCommand ? STDIO_FIELDS : HTTP_FIELDS;
   for (const key of Object.keys(entry)) {
-    if (!known.has(key)) warnings.push(`${where}: unknown field "${key}" ignored`);
+    if (known.has(key)) continue;
+    refuseNearMiss(key, known, where, name);
+    warnings.push(`${where}: unknown field "${key}" ignored`);
   }
   const expand = (field: string, text: string) =>
     expandVariables(text, env, (variable) =>
