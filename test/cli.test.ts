@@ -1,6 +1,7 @@
 /** The `airlock` CLI, run as a child process from its build (dist/cli/main.js). */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { assertCliBuilt, CLI, REPO_ROOT, runCli, tempDir } from "./helpers/cli.ts";
@@ -507,5 +508,37 @@ describe("Ctrl-C", () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain("CANCELLED\n");
     expect(result.stderr).toContain("airlock: run failed (aborted): The execution was aborted\n");
+  });
+});
+
+describe("serve --http: an address it cannot bind", () => {
+  it("exits 2 naming --http when the port is taken, without starting the upstream servers", async () => {
+    const upstream = { command: process.execPath, args: ["-e", 'require("fs").writeFileSync("started", "")'] };
+    const { dir: cwd, cleanup: done } = tempDir({ "mcp.json": JSON.stringify({ mcpServers: { upstream } }) });
+    const taken = createServer();
+    try {
+      await new Promise<void>((listening) => taken.listen(0, "127.0.0.1", listening));
+      const { port } = taken.address() as AddressInfo;
+      const result = await runCli(["serve", "--config", "mcp.json", "--http", String(port)], { cwd });
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(`airlock serve: --http ${port}: address in use\n`);
+      expect(result.stderr).not.toMatch(/\n {4}at /);
+      expect(existsSync(join(cwd, "started"))).toBe(false);
+    } finally {
+      taken.close();
+      done();
+    }
+  });
+
+  it("exits 2 naming --host when the host does not resolve", async () => {
+    const { dir: cwd, cleanup: done } = tempDir({ "mcp.json": '{ "mcpServers": {} }' });
+    try {
+      const result = await runCli(["serve", "--config", "mcp.json", "--http", "0", "--host", "not a host"], { cwd });
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain("airlock serve: --host not a host: ");
+      expect(result.stderr).not.toMatch(/\n {4}at /);
+    } finally {
+      done();
+    }
   });
 });

@@ -1,5 +1,6 @@
 /** `airlock serve --config <mcp.json>`: the code-mode MCP gateway, over stdio or Streamable HTTP. */
 import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { resolve } from "node:path";
 import {
   DEFAULT_GATEWAY_TIMEOUT_MS,
@@ -7,7 +8,7 @@ import {
   DEFAULT_MAX_OUTPUT_TOKENS,
   DEFAULT_SESSION_IDLE_MS,
 } from "../mcp/defaults.ts";
-import type { McpGateway, ParsedMcpConfig } from "../mcp/index.ts";
+import type { HttpServing, McpGateway, ParsedMcpConfig } from "../mcp/index.ts";
 import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
 import { EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
@@ -52,7 +53,8 @@ A script's first line may lower the limits for its own run: // @options: {"timeo
 Logs, and what the upstream servers write to stderr, go to stderr. The server runs until stdin closes (stdio) or
 it gets SIGINT or SIGTERM.
 
-Exit status: 0 stopped normally, 1 an upstream server did not start or tool names collide, 2 bad usage or config.
+Exit status: 0 stopped normally, 1 an upstream server did not start or tool names collide, 2 bad usage or config,
+or an --http port or --host that cannot be bound.
 `;
 
 const flags = {
@@ -98,6 +100,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       ? DEFAULT_SESSION_IDLE_MS
       : positiveInteger("--session-idle", values["session-idle"], MAX_SESSION_IDLE_MINUTES, "minutes") * 60_000;
   const port = values.http === undefined ? undefined : portNumber(values.http);
+  const host = values.host ?? DEFAULT_HTTP_HOST;
   const timeoutMs =
     values.timeout === undefined
       ? DEFAULT_GATEWAY_TIMEOUT_MS
@@ -116,6 +119,8 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
           "tokens",
         );
   const readOnly = values["read-only"] === true;
+  // Starting the upstream servers can take a while: a port in use or a bad host should fail before that.
+  if (port !== undefined) await checkBindable(port, host);
 
   // The MCP SDK is loaded only here: the other commands (and --help) start without it.
   const mcp = await import("../mcp/index.ts");
@@ -166,8 +171,13 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       await Promise.race([serving.closed, stopped]);
       await serving.close();
     } else {
-      const host = values.host ?? DEFAULT_HTTP_HOST;
-      const serving = await mcp.serveGatewayHttp(gateway, { port, host, sessionIdleMs, bearerToken });
+      let serving: HttpServing;
+      try {
+        serving = await mcp.serveGatewayHttp(gateway, { port, host, sessionIdleMs, bearerToken });
+      } catch (error) {
+        // The address was free a moment ago but may be taken since; the upstream servers are stopped below.
+        throw bindError(error, port, host);
+      }
       log(`listening on ${serving.url}${bearerToken === undefined ? "" : " (bearer token required)"}`);
       if (bearerToken === undefined && host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
         log(
@@ -203,6 +213,31 @@ function portNumber(value: string): number {
     throw new UsageError(`--http must be a port number from 0 to 65535, got "${value}"`);
   }
   return n;
+}
+
+/** Listens on the address and closes it again, so that a bind failure surfaces before anything is started. */
+async function checkBindable(port: number, host: string): Promise<void> {
+  const server = createServer();
+  try {
+    await new Promise<void>((listening, failed) => {
+      server.once("error", failed);
+      server.listen(port, host, listening);
+    });
+  } catch (error) {
+    throw bindError(error, port, host);
+  }
+  await new Promise((closed) => server.close(closed));
+}
+
+/** A failure to listen as a usage error naming the flag at fault; other errors as they are. */
+function bindError(error: unknown, port: number, host: string): unknown {
+  const { code, message } = error as NodeJS.ErrnoException;
+  if (code === "EADDRINUSE") return new UsageError(`--http ${port}: address in use`);
+  if (code === "EACCES") return new UsageError(`--http ${port}: permission denied (ports below 1024 need privileges)`);
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return new UsageError(`--host ${host}: no such host (${message})`);
+  if (code === "EADDRNOTAVAIL") return new UsageError(`--host ${host}: not an address of this machine`);
+  if (code !== undefined) return new UsageError(`--http ${port} --host ${host}: cannot listen: ${message}`);
+  return error;
 }
 
 /** Upstream stderr, line by line, each line prefixed with the server's name. */
