@@ -1,6 +1,6 @@
 /** The `airlock` CLI, run as a child process from its build (dist/cli/main.js). */
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -538,6 +538,66 @@ describe("serve --http: an address it cannot bind", () => {
       expect(result.stderr).toContain("airlock serve: --host not a host: ");
       expect(result.stderr).not.toMatch(/\n {4}at /);
     } finally {
+      done();
+    }
+  });
+});
+
+/** Runs the CLI with its stdin or stdout bound to a file descriptor, as `<file` or `>file` in a shell would. */
+function runWithFds(
+  args: string[],
+  fds: { stdin?: number; stdout?: number },
+  cwd = REPO_ROOT,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    cwd,
+    env: { ...process.env, NODE_OPTIONS: "" },
+    stdio: [fds.stdin ?? "ignore", fds.stdout ?? "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk;
+  });
+  child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
+    stderr += chunk;
+  });
+  return new Promise((done) => child.on("close", (code) => done({ code, stdout, stderr })));
+}
+
+describe("run: a script that cannot be read", () => {
+  it("exits 2 when stdin cannot be read", async () => {
+    const { dir: cwd, cleanup: done } = tempDir({ "in.txt": "" });
+    // Opened for writing only: reading it fails with EBADF, as `airlock run - 0>file` does.
+    const fd = openSync(join(cwd, "in.txt"), "w");
+    try {
+      const result = await runWithFds(["run", "-"], { stdin: fd }, cwd);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain("airlock run: cannot read the script from stdin: EBADF");
+      expect(result.stderr).not.toMatch(/\n {4}at /);
+    } finally {
+      closeSync(fd);
+      done();
+    }
+  });
+
+  it("exits 2 for a script longer than a string can be, from a file or from stdin", async () => {
+    const { dir: cwd, cleanup: done } = tempDir();
+    // A sparse file: 600 MiB of zero bytes that take no disk space.
+    const big = join(cwd, "big.js");
+    writeFileSync(big, "");
+    truncateSync(big, 600 * 1024 * 1024);
+    const fd = openSync(big, "r");
+    try {
+      const file = await runCli(["run", "big.js"], { cwd });
+      expect(file.code).toBe(2);
+      expect(file.stderr).toContain("airlock run: cannot read script file big.js: it is too large");
+      const stdin = await runWithFds(["run", "-"], { stdin: fd }, cwd);
+      expect(stdin.code).toBe(2);
+      expect(stdin.stderr).toContain("airlock run: cannot read the script from stdin: it is too large");
+      expect(stdin.stderr).not.toMatch(/\n {4}at /);
+    } finally {
+      closeSync(fd);
       done();
     }
   });

@@ -1,4 +1,5 @@
 /** `airlock run <file|->`: runs one script in a sandbox and prints what it produced. */
+import { constants as bufferConstants } from "node:buffer";
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 // The modules a run needs rather than the package's index, which also loads zod for tool schemas (~0.1 s).
@@ -149,13 +150,18 @@ async function run(argv: string[], io: CliIo): Promise<number> {
 }
 
 async function readScript(file: string, io: CliIo): Promise<string> {
-  if (file === "-") return io.readStdin();
+  const what = file === "-" ? "the script from stdin" : `script file ${file}`;
   try {
-    return await readFile(resolve(io.cwd, file), "utf8");
+    return file === "-" ? await io.readStdin() : await readFile(resolve(io.cwd, file), "utf8");
   } catch (error) {
     const { code, message } = error as NodeJS.ErrnoException;
-    if (code === "ENOENT") throw new UsageError(`script file not found: ${file}`);
-    throw new UsageError(`cannot read script file ${file}: ${message}`);
+    if (code === "ENOENT" && file !== "-") throw new UsageError(`script file not found: ${file}`);
+    // A script longer than the longest string V8 makes (about 512 MiB) fails as "RangeError: Invalid string length".
+    const reason =
+      error instanceof RangeError
+        ? `it is too large (a script is at most ${bufferConstants.MAX_STRING_LENGTH} characters)`
+        : message;
+    throw new UsageError(`cannot read ${what}: ${reason}`);
   }
 }
 
