@@ -1,6 +1,18 @@
 /** The `airlock` CLI, run as a child process from its build (dist/cli/main.js). */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -598,6 +610,40 @@ describe("run: a script that cannot be read", () => {
       expect(stdin.stderr).not.toMatch(/\n {4}at /);
     } finally {
       closeSync(fd);
+      done();
+    }
+  });
+});
+
+describe("run --store: the file it writes", () => {
+  it("writes through a symlink to its target and keeps the file's mode", async () => {
+    const { dir: cwd, cleanup: done } = tempDir({ "real.json": '{"n":1}' });
+    try {
+      chmodSync(join(cwd, "real.json"), 0o600);
+      symlinkSync("real.json", join(cwd, "link.json"));
+      const result = await runCli(["run", "-", "--store", "link.json"], { cwd, input: 'store("n", load("n") + 1);' });
+      expect(result.code).toBe(0);
+      expect(lstatSync(join(cwd, "link.json")).isSymbolicLink()).toBe(true);
+      expect(JSON.parse(readFileSync(join(cwd, "real.json"), "utf8"))).toEqual({ n: 2 });
+      expect(statSync(join(cwd, "real.json")).mode & 0o777).toBe(0o600);
+    } finally {
+      done();
+    }
+  });
+
+  it("refuses a file in a missing directory before the script runs", async () => {
+    const { dir: cwd, cleanup: done } = tempDir({ "tools.mjs": TOOLS });
+    try {
+      const result = await runCli(["run", "-", "--tools", "tools.mjs", "--store", "nowhere/state.json"], {
+        cwd,
+        input: 'await tools.ready();\nstore("a", 1);',
+      });
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain("airlock run: --store nowhere/state.json: directory nowhere does not exist");
+      // The script, and so its tools, never ran.
+      expect(result.stderr).not.toContain("READY");
+      expect(result.stderr).not.toContain(".tmp");
+    } finally {
       done();
     }
   });

@@ -38,7 +38,7 @@ Options:
                        process: run it in a child process under bubblewrap (namespaces, seccomp, rlimits)
                        gvisor: run that child under gVisor's runsc (needs root)
   --store <file.json>  JSON object that load() reads; after a successful run the script's store() writes
-                       are saved back to it (a missing file starts empty)
+                       are saved back to it (a missing file starts empty; its directory must exist)
   --ts                 The script is TypeScript: types are erased before it runs (not type-checked)
   --json               Print the whole result object as JSON instead
   -h, --help           Show this help

@@ -1,6 +1,6 @@
 /** The `--store` file: a JSON object the script reads with `load()`, written back after a successful run. */
 import { randomBytes } from "node:crypto";
-import { readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, readFile, realpath, rename, rm, stat, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import type { CodemodeStoreWrites } from "../index.ts";
 import { UsageError } from "./args.ts";
@@ -13,7 +13,12 @@ export async function readStore(path: string, shown: string): Promise<StoreObjec
   try {
     text = await readFile(path, "utf8");
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") {
+      // A missing file starts empty, but its directory must exist: the write comes only after the script ran.
+      const dir = await stat(dirname(path)).catch(() => undefined);
+      if (!dir?.isDirectory()) throw new UsageError(`--store ${shown}: directory ${dirname(shown)} does not exist`);
+      return {};
+    }
     throw new UsageError(`--store ${shown}: cannot read the file: ${(error as Error).message}`);
   }
   let parsed: unknown;
@@ -40,14 +45,26 @@ export function applyStoreWrites(store: StoreObject, writes: CodemodeStoreWrites
   return next;
 }
 
-/** Writes the store atomically: a temporary file next to it, then a rename over it. */
+/**
+ * Writes the store atomically: a temporary file next to it, then a rename over it. A symlink is written through to
+ * its target, and an existing file keeps its mode (the rename would otherwise leave the temporary file's).
+ */
 export async function writeStore(path: string, store: StoreObject): Promise<void> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+  const target = await realpath(path).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return path;
+    throw error;
+  });
+  const existing = await stat(target).catch(() => undefined);
+  const mode = existing === undefined ? undefined : existing.mode & 0o7777;
+  const temp = join(dirname(target), `.${basename(target)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
   try {
-    await writeFile(temp, `${JSON.stringify(store, null, 2)}\n`, { flag: "wx" });
-    await rename(temp, path);
+    // Created with the file's mode (never wider, whatever the umask), then set to it exactly.
+    await writeFile(temp, `${JSON.stringify(store, null, 2)}\n`, { flag: "wx", mode });
+    if (mode !== undefined) await chmod(temp, mode);
+    await rename(temp, target);
   } catch (error) {
     await rm(temp, { force: true });
-    throw error;
+    // Node's message ends with the syscall and the temporary file's name, which means nothing to the user.
+    throw new Error((error as Error).message.replace(/, \w+ '.*$/s, ""));
   }
 }
