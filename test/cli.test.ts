@@ -648,3 +648,21 @@ describe("run --store: the file it writes", () => {
     }
   });
 });
+
+describe("--tools: a module whose top-level await never settles", () => {
+  it.each([{ command: ["run", "-"] }, { command: ["declarations"] }])(
+    "airlock $command.0 exits 2 naming it",
+    async ({ command }) => {
+      const { dir: cwd, cleanup: done } = tempDir({ "stuck.mjs": "await new Promise(() => {});\nexport default [];" });
+      try {
+        const result = await runCli([...command, "--tools", "stuck.mjs"], { cwd, input: "return 1;" });
+        expect(result.code).toBe(2);
+        expect(result.stderr).toContain(
+          "--tools stuck.mjs: the module failed to load: its top-level await never settles",
+        );
+      } finally {
+        done();
+      }
+    },
+  );
+});

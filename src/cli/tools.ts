@@ -9,11 +9,20 @@ import { UsageError } from "./args.ts";
 export async function loadTools(spec: string, cwd: string): Promise<CodemodeTool[]> {
   const path = resolve(cwd, spec);
   if (!existsSync(path)) throw new UsageError(`--tools: module not found: ${spec} (looked for ${path})`);
+  // Once nothing is left to run (no timer, no I/O), a top-level await that has not settled never will, and Node
+  // would exit with status 13 and no message; "beforeExit" is emitted exactly then.
+  let stuck = () => {};
+  const neverSettles = new Promise<never>((_, reject) => {
+    stuck = () => reject(new Error("its top-level await never settles"));
+  });
+  process.once("beforeExit", stuck);
   let module: { default?: unknown };
   try {
-    module = await import(pathToFileURL(path).href);
+    module = await Promise.race([import(pathToFileURL(path).href), neverSettles]);
   } catch (error) {
     throw new UsageError(`--tools ${spec}: the module failed to load: ${(error as Error)?.message ?? String(error)}`);
+  } finally {
+    process.off("beforeExit", stuck);
   }
   const list = module.default;
   if (list === undefined) {
