@@ -58,6 +58,7 @@ beforeAll(() => {
     "no-execute.mjs": 'export default [{ name: "lonely", description: "has nothing to run" }];',
     "duplicate.mjs": 'export default [{ name: "twin", execute() {} }, { name: "twin", execute() {} }];',
     "broken.mjs": 'throw new Error("boom while loading");',
+    "same-id.mjs": 'export default [{ name: "a b", execute() {} }, { name: "a_b", execute() {} }];',
   }));
 });
 
@@ -665,4 +666,21 @@ describe("--tools: a module whose top-level await never settles", () => {
       }
     },
   );
+});
+
+describe("declarations --tools: the tool list checks of run", () => {
+  it.each([
+    ["duplicate.mjs", '--tools duplicate.mjs: a tool named "twin" is already registered'],
+    ["same-id.mjs", '--tools same-id.mjs: tools "a b" and "a_b" would both be tools.a_b; rename one of them'],
+  ])("%s: run and declarations refuse it alike, with exit 2", async (module, message) => {
+    const [run, declarations] = await Promise.all([
+      runCli(["run", "echo.js", "--tools", module], { cwd: dir }),
+      runCli(["declarations", "--tools", module], { cwd: dir }),
+    ]);
+    for (const result of [run, declarations]) {
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe("");
+      expect(result.stderr).toContain(message);
+    }
+  });
 });

@@ -123,7 +123,7 @@ async function run(argv: string[], io: CliIo): Promise<number> {
           : new CodemodeSandbox({ ...options, poolSize: 1 });
   } catch (error) {
     if (error instanceof IsolationUnavailableError) throw new UsageError(`--isolation ${isolation}: ${error.message}`);
-    // The flags were checked above, so what is left to reject is the tool list (a duplicate name, say).
+    // The flags and (by loadTools, with the same checks) the tool list were checked above; this keeps the message.
     if (values.tools === undefined) throw error;
     throw new UsageError(`--tools ${values.tools}: ${(error as Error).message}`);
   }

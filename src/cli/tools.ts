@@ -3,6 +3,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { CodemodeTool } from "../index.ts";
+import { checkNewTool } from "../sandbox/base.ts";
 import { UsageError } from "./args.ts";
 
 /** Imports the module at `spec` (relative to `cwd`) and checks the shape of its default export. */
@@ -39,6 +40,12 @@ export async function loadTools(spec: string, cwd: string): Promise<CodemodeTool
     if (typeof execute !== "function") throw new UsageError(`${entry} ("${name}") has no execute function`);
     if (description !== undefined && typeof description !== "string") {
       throw new UsageError(`${entry} ("${name}") has a description that is not a string`);
+    }
+    // The sandbox's own checks (duplicate names, names that would be the same tools.<name>), for every command.
+    try {
+      checkNewTool(tool as CodemodeTool, list.slice(0, index));
+    } catch (error) {
+      throw new UsageError(`--tools ${spec}: ${(error as Error).message}`);
     }
   });
   return list as CodemodeTool[];

@@ -126,14 +126,7 @@ export abstract class CodemodeSandboxBase {
    * looked up on each call.
    */
   registerTool(tool: CodemodeTool): void {
-    checkTool(tool, "tool");
-    if (this.toolMap.has(tool.name)) throw new Error(`a tool named "${tool.name}" is already registered`);
-    const id = toCodemodeIdentifier(tool.name);
-    for (const other of this.toolMap.values()) {
-      if (toCodemodeIdentifier(other.name) === id) {
-        throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
-      }
-    }
+    checkNewTool(tool, [...this.toolMap.values()]);
     this.toolMap.set(tool.name, tool);
     this.view = undefined;
   }
@@ -349,6 +342,23 @@ export abstract class CodemodeSandboxBase {
 
 function closedResult(): CodemodeResult {
   return { ok: false, error: { kind: "aborted", message: "The sandbox is closed" }, output: [], calls: [] };
+}
+
+/**
+ * Throws unless `tool` can join the `registered` tools: well-formed, with a name and a `tools.<name>` of its own.
+ * Exported so that `airlock declarations` refuses the tool lists a sandbox refuses, with the same messages.
+ */
+export function checkNewTool(tool: CodemodeTool, registered: readonly CodemodeTool[]): void {
+  checkTool(tool, "tool");
+  if (registered.some((other) => other.name === tool.name)) {
+    throw new Error(`a tool named "${tool.name}" is already registered`);
+  }
+  const id = toCodemodeIdentifier(tool.name);
+  for (const other of registered) {
+    if (toCodemodeIdentifier(other.name) === id) {
+      throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
+    }
+  }
 }
 
 function checkTool(tool: CodemodeTool, what: string): void {
