@@ -684,3 +684,16 @@ describe("declarations --tools: the tool list checks of run", () => {
     }
   });
 });
+
+describe("stdout that cannot be written", () => {
+  it.skipIf(!existsSync("/dev/full"))("prints one line and exits 1 when stdout is full", async () => {
+    const fd = openSync("/dev/full", "w");
+    try {
+      const result = await runWithFds(["run", "-", "--help"], { stdout: fd });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toBe("airlock: cannot write to stdout: ENOSPC: no space left on device, write\n");
+    } finally {
+      closeSync(fd);
+    }
+  });
+});

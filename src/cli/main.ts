@@ -1,12 +1,19 @@
 #!/usr/bin/env node
 /** The `airlock` executable: wires the command line to this process and exits as soon as the command is done. */
+import { EXIT_FAILED } from "./args.ts";
 import { cli } from "./cli.ts";
 import type { CliIo } from "./commands.ts";
 
-// A closed pipe (`airlock run x.js | head -1`) is not an error worth a stack trace.
-for (const stream of [process.stdout, process.stderr]) {
+for (const [name, stream] of [
+  ["stdout", process.stdout],
+  ["stderr", process.stderr],
+] as const) {
   stream.on("error", (error: NodeJS.ErrnoException) => {
-    if (error.code !== "EPIPE") throw error;
+    // A closed pipe (`airlock run x.js | head -1`) is not an error worth a message.
+    if (error.code === "EPIPE") return;
+    // Any other (a full disk, say) ends the command with one line, not an uncaught-exception dump.
+    if (name === "stdout") process.stderr.write(`airlock: cannot write to stdout: ${error.message}\n`);
+    process.exit(EXIT_FAILED);
   });
 }
 
