@@ -135,6 +135,17 @@ describe("start-up", () => {
       expect(modules.filter((url) => /node_modules\/(@modelcontextprotocol|zod)\//.test(url))).toEqual([]);
     },
   );
+
+  it("airlock run - loads the tokenizer only for a script that sets max_output_tokens", async () => {
+    const plain = await loadedModules(["run", "-"], "return 1");
+    const capped = await loadedModules(
+      ["run", "-"],
+      '// @options: {"max_output_tokens": 5}\nreturn "word ".repeat(100);',
+    );
+    const tokenizer = (modules: string[]) => modules.some((url) => url.includes("/node_modules/js-tiktoken/"));
+    expect([tokenizer(plain), tokenizer(capped)]).toEqual([false, true]);
+    expect(capped.filter((url) => /node_modules\/(@modelcontextprotocol|zod)\//.test(url))).toEqual([]);
+  });
 });
 
 describe("usage errors exit 2 and name what is wrong", () => {
@@ -695,5 +706,26 @@ describe("stdout that cannot be written", () => {
     } finally {
       closeSync(fd);
     }
+  });
+});
+
+describe("run: max_output_tokens on the options line", () => {
+  const script = (max: number) =>
+    `// @options: {"max_output_tokens": ${max}}\nfor (let i = 0; i < 100; i++) text("line " + i);\nreturn "the end";`;
+
+  it("cuts the printed output to that many tokens, with a note", async () => {
+    const result = await runCli(["run", "-"], { input: script(20) });
+    expect(result.code).toBe(0);
+    expect(result.stdout.startsWith("line 0\nline 1\n")).toBe(true);
+    expect(result.stdout).not.toContain("the end");
+    expect(result.stdout).toMatch(
+      /\n\[Output cut: the text above is the first 20 tokens \(o200k_base\) of \d+ characters\./,
+    );
+  });
+
+  it("leaves output within the budget as it is", async () => {
+    const result = await runCli(["run", "-"], { input: script(100_000) });
+    expect(result.code).toBe(0);
+    expect(result.stdout).toBe(`${Array.from({ length: 100 }, (_, i) => `line ${i}\n`).join("")}the end\n`);
   });
 });

@@ -8,7 +8,7 @@ import { IsolationUnavailableError, ProcessCodemodeSandbox } from "../process/in
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSandbox, InlineCodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
-import type { CodemodeResult, CodemodeSandboxBaseOptions } from "../types.ts";
+import type { CodemodeOutputItem, CodemodeResult, CodemodeSandboxBaseOptions } from "../types.ts";
 import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
 import { formatError, formatOutput, formatValue } from "./print.ts";
@@ -43,8 +43,9 @@ Options:
   --json               Print the whole result object as JSON instead
   -h, --help           Show this help
 
-A first line "// @options: {"timeout_ms": 30000}" sets the script's deadline (the smaller one wins when
---timeout is given too).
+A first line "// @options: {"timeout_ms": 30000, "max_output_tokens": 2000}" sets the script's deadline (the
+smaller one wins when --timeout is given too) and cuts the printed output and value to that many tokens
+(o200k_base), with a note saying so (--json prints the whole result).
 
 Without --json, the output is printed in order (text and console lines, images as
 "[image <type>, <n> bytes]"), then the returned value: strings as is, other values as JSON.
@@ -94,11 +95,13 @@ async function run(argv: string[], io: CliIo): Promise<number> {
 
   const source = await readScript(script, io);
   let code: string;
+  let maxOutputTokens: number | undefined;
   try {
     const parsed = parseCodemodeSource(source);
     code = parsed.code;
     const fromLine = parsed.options.timeout_ms;
     if (fromLine !== undefined) options.timeoutMs = Math.min(fromLine, options.timeoutMs ?? fromLine);
+    maxOutputTokens = parsed.options.max_output_tokens;
   } catch (error) {
     if (!(error instanceof CodemodeSourceError)) throw error;
     io.stderr(`airlock run: ${script}: ${error.message}\n`);
@@ -131,9 +134,10 @@ async function run(argv: string[], io: CliIo): Promise<number> {
 
   if (values.json) io.stdout(`${JSON.stringify(result, null, 2)}\n`);
   else {
-    io.stdout(formatOutput(result.output));
-    if (result.ok) io.stdout(formatValue(result.value));
-    else io.stderr(formatError(result.error));
+    const printed: CodemodeOutputItem[] = [...result.output];
+    if (result.ok && result.value !== undefined) printed.push({ type: "text", text: formatValue(result.value) });
+    io.stdout(formatOutput(maxOutputTokens === undefined ? printed : await cutOutput(printed, maxOutputTokens)));
+    if (!result.ok) io.stderr(formatError(result.error));
   }
   if (!result.ok) return EXIT_FAILED;
   if (storePath !== undefined && store !== undefined) {
@@ -163,6 +167,13 @@ async function readScript(file: string, io: CliIo): Promise<string> {
         : message;
     throw new UsageError(`cannot read ${what}: ${reason}`);
   }
+}
+
+/** The printed items cut to `maxTokens` tokens of text, as the MCP gateway cuts a result, with its note. */
+async function cutOutput(items: CodemodeOutputItem[], maxTokens: number): Promise<CodemodeOutputItem[]> {
+  // Loaded only for a script that asks: the module and its tokenizer are not part of every run's start-up.
+  const { cutBlocks } = await import("../mcp/output.ts");
+  return cutBlocks(items, { maxOutputTokens: maxTokens });
 }
 
 /** Runs the script with Ctrl-C wired to abort it, and always closes the sandbox afterwards. */

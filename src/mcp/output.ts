@@ -92,7 +92,11 @@ function formatValue(value: unknown): string | undefined {
   return JSON.stringify(value, null, 2);
 }
 
-async function cutBlocks(blocks: McpContentBlock[], options: FormatOptions): Promise<McpContentBlock[]> {
+/**
+ * The blocks with all their text together cut to `maxOutputTokens` tokens, and a note saying so when anything was
+ * cut; images are kept. `airlock run` cuts its printed output with it too.
+ */
+export async function cutBlocks(blocks: McpContentBlock[], options: FormatOptions): Promise<McpContentBlock[]> {
   const texts = blocks.filter((block): block is McpTextBlock => block.type === "text").map((block) => block.text);
   const { texts: kept, cut } = await cutToTokens(texts, options.maxOutputTokens);
   if (!cut) return blocks;
