@@ -729,3 +729,21 @@ describe("run: max_output_tokens on the options line", () => {
     expect(result.stdout).toBe(`${Array.from({ length: 100 }, (_, i) => `line ${i}\n`).join("")}the end\n`);
   });
 });
+
+describe("repeated flags and help help", () => {
+  it.each([
+    [["run", "echo.js", "--timeout", "5000", "--timeout", "1"], "airlock run: --timeout was given twice"],
+    [["run", "echo.js", "--tools=a.mjs", "--tools", "b.mjs"], "airlock run: --tools was given twice"],
+    [["declarations", "--tools", "a.mjs", "--tools", "b.mjs"], "airlock declarations: --tools was given twice"],
+  ])("%j exits 2", async (args, message) => {
+    const result = await runCli(args, { cwd: dir });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(message);
+  });
+
+  it("help help prints the general help", async () => {
+    const [help, helpHelp] = await Promise.all([runCli(["help"]), runCli(["help", "help"])]);
+    expect(helpHelp.code).toBe(0);
+    expect(helpHelp.stdout).toBe(help.stdout);
+  });
+});

@@ -14,17 +14,28 @@ export type FlagValues<O extends Options> = {
   [K in keyof O]?: O[K] extends { multiple: true } ? FlagValue<O[K]>[] : FlagValue<O[K]>;
 };
 
-/** Parses `argv` strictly (unknown flags and missing values are usage errors) and allows positionals. */
+/**
+ * Parses `argv` strictly (unknown flags, missing values and a value flag given twice are usage errors) and allows
+ * positionals.
+ */
 export function parseFlags<const O extends Options>(
   argv: string[],
   options: O,
 ): { values: FlagValues<O>; positionals: string[] } {
+  let parsed: ReturnType<typeof parseArgs>;
   try {
-    const { values, positionals } = parseArgs({ args: argv, options, strict: true, allowPositionals: true });
-    return { values: values as FlagValues<O>, positionals };
+    parsed = parseArgs({ args: argv, options, strict: true, allowPositionals: true, tokens: true });
   } catch (error) {
     throw toUsageError(error, argv);
   }
+  // parseArgs keeps the last of `--timeout 5000 --timeout 1`; which one was meant is anyone's guess.
+  const seen = new Set<string>();
+  for (const token of parsed.tokens ?? []) {
+    if (token.kind !== "option" || options[token.name]?.type !== "string" || options[token.name]?.multiple) continue;
+    if (seen.has(token.name)) throw new UsageError(`--${token.name} was given twice; give it once`);
+    seen.add(token.name);
+  }
+  return { values: parsed.values as FlagValues<O>, positionals: parsed.positionals };
 }
 
 function toUsageError(error: unknown, argv: string[]): UsageError {

@@ -45,7 +45,8 @@ export async function cli(argv: string[], io: CliIo): Promise<number> {
     }
     if (first === "-h" || first === "--help" || first === "help") {
       const topic = first === "help" ? rest[0] : undefined;
-      if (topic === undefined) {
+      // `help help` asks for the help of the help command, which is the general help.
+      if (topic === undefined || topic === "help") {
         io.stdout(generalUsage());
         return EXIT_OK;
       }
