@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import {
   type CodemodeTool,
   IsolationUnavailableError,
+  MAX_VALUE_CHARS,
   PROCESS_STOP_GRACE_MS,
   ProcessCodemodeSandbox,
   type ProcessCodemodeSandboxOptions,
@@ -178,6 +179,62 @@ describe("a child killed mid-execution", () => {
     await sandbox.close();
     expect(!(await running).ok).toBe(true);
     expect(pids.filter(alive)).toEqual([]);
+  });
+});
+
+describe("an execution too large for one frame", () => {
+  const hang: CodemodeTool = {
+    name: "hang",
+    execute: (_args, { signal }) =>
+      new Promise((resolve) => signal.addEventListener("abort", () => resolve("aborted"))),
+  };
+  const bystander = async (sandbox: ProcessCodemodeSandbox) => {
+    const controller = new AbortController();
+    const result = sandbox.execute("return await tools.hang();", { signal: controller.signal });
+    return { result, end: () => controller.abort() };
+  };
+
+  it("fails alone when its request is over the frame limit; the child and its other runs go on", async () => {
+    const sandbox = make({ tools: [hang], timeoutMs: 20_000 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    const other = await bystander(sandbox);
+    // Each control character is escaped to six bytes in the frame: 23 M of them make a frame over 128 MiB.
+    const big = await sandbox.execute(`//${"\u0001".repeat(23_000_000)}\nreturn 1;`);
+    expect(!big.ok && big.error).toEqual({
+      kind: "sandbox",
+      message: expect.stringMatching(
+        /^the execution is too large to send to a child: a frame of \d+ bytes is over the limit of 134217728$/,
+      ),
+    });
+    other.end();
+    expect(await other.result).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    const next = await sandbox.execute("return 1;");
+    expect(next.ok && next.value).toBe(1);
+    expect(sandbox.pids).toEqual([pid]);
+  });
+
+  it("fails only the call whose answer is over the frame limit", async () => {
+    const sandbox = make({ tools: [hang], timeoutMs: 20_000 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    const other = await bystander(sandbox);
+    // Each within MAX_VALUE_CHARS, together more than a frame: 6 bytes per character of the message, 4 per quote.
+    const message = "\u0001".repeat(MAX_VALUE_CHARS);
+    const properties = { quotes: '"'.repeat(MAX_VALUE_CHARS / 2 - 10) };
+    const run = sandbox.start("try { await tools.t(); } catch (e) { return e.message; }", {
+      startedAt: 0,
+      seed: 1,
+      tools: [{ name: "t" }],
+      onCall: (call) => run.deliver(1, 0, call.id, { ok: false, message, properties }),
+    });
+    const result = await run.result;
+    expect(result.ok && result.value).toMatch(
+      /^the answer to this call is too large to send to the sandbox's child process: a frame of \d+ bytes is over/,
+    );
+    other.end();
+    expect(await other.result).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    expect(sandbox.pids).toEqual([pid]);
   });
 });
 

@@ -8,6 +8,7 @@ import {
   MAX_OUTPUT_ITEMS,
   MAX_STORE_TOTAL_CHARS,
   MAX_STORE_VALUE_CHARS,
+  MAX_VALUE_CHARS,
   toCodemodeIdentifier,
 } from "airlock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -50,6 +51,12 @@ const tools: CodemodeTool[] = [
     name: "throwMessage",
     execute: async (args) => {
       throw new Error((args as { message: string }).message);
+    },
+  },
+  {
+    name: "throwLong",
+    execute: async () => {
+      throw new Error("x".repeat(MAX_VALUE_CHARS + 1));
     },
   },
 ];
@@ -133,6 +140,16 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
         [true, "thrown synchronously"],
       ]);
       expect(result.calls.map((c) => c.status)).toEqual(["error", "error"]);
+    });
+
+    it("refuses a tool error message past MAX_VALUE_CHARS as it refuses such a result, failing the call only", async () => {
+      const result = await run(`
+        try { await tools.throwLong(); } catch (e) { return [e instanceof Error, e.message]; }`);
+      expect(result.ok && result.value).toEqual([
+        true,
+        `the tool's error message is more than ${MAX_VALUE_CHARS} characters`,
+      ]);
+      expect(result.calls.map((c) => c.status)).toEqual(["error"]);
     });
 
     it("fails the script when a tool rejection is not caught", async () => {
@@ -375,6 +392,15 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(result.ok && result.value).toEqual(["RangeError", "ok", "ok", "ok", "ok", "RangeError"]);
       expect(MAX_STORE_TOTAL_CHARS).toBe(4 * MAX_STORE_VALUE_CHARS);
       expect(result.ok && Object.keys(result.storeWrites.set).sort()).toEqual(["again", "k1", "k2", "k3"]);
+    });
+
+    it("refuses a store past MAX_VALUE_CHARS in all, naming the limit, and runs the next execution", async () => {
+      const half = "x".repeat(MAX_VALUE_CHARS / 2);
+      await expect(run("return 1", { store: { a: half, b: half } })).rejects.toThrow(
+        `the store is more than ${MAX_VALUE_CHARS} characters of JSON (MAX_VALUE_CHARS)`,
+      );
+      const next = await run("return load('a')", { store: { a: 1 } });
+      expect(next.ok && next.value).toBe(1);
     });
 
     it("refuses store values that are not JSON", async () => {

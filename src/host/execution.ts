@@ -279,6 +279,10 @@ function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
     return { ok: true, value };
   }
   const message = typeof outcome.message === "string" ? outcome.message : String(outcome.message);
+  // Refused like a result over the limit (the call still fails, saying why), so no tier has to carry it.
+  if (message.length > MAX_VALUE_CHARS) {
+    throw new RangeError(`the tool's error message is more than ${MAX_VALUE_CHARS} characters`);
+  }
   let properties: string | undefined;
   if (outcome.properties !== undefined) {
     try {

@@ -15,7 +15,8 @@ const HEADER_BYTES = 4;
 /** Encodes one message as a frame. */
 export function encodeFrame(message: unknown): Buffer {
   const body = Buffer.from(JSON.stringify(message), "utf8");
-  if (body.length > MAX_FRAME_BYTES) throw new RangeError(`a frame of ${body.length} bytes is over the limit`);
+  if (body.length > MAX_FRAME_BYTES)
+    throw new RangeError(`a frame of ${body.length} bytes is over the limit of ${MAX_FRAME_BYTES}`);
   const frame = Buffer.allocUnsafe(HEADER_BYTES + body.length);
   frame.writeUInt32BE(body.length, 0);
   body.copy(frame, HEADER_BYTES);

@@ -208,13 +208,29 @@ class PoolChild {
   }
 
   write(message: unknown): void {
-    if (this.dead) return;
-    const stdin = this.process.stdin as Writable;
+    const error = this.writeOwn(message);
+    if (error !== undefined) this.kill(`could not send to the child: ${error}`);
+  }
+
+  /**
+   * Sends a frame made from one execution's input (its request, a call's answer), which can be larger than a frame
+   * may be. That is the execution's fault, not the child's: the frame is not sent and the error is returned for that
+   * execution alone, while the child and its other runs go on.
+   */
+  writeOwn(message: unknown): string | undefined {
+    if (this.dead) return undefined;
+    let frame: Buffer;
     try {
-      stdin.write(encodeFrame(message));
+      frame = encodeFrame(message);
+    } catch (error) {
+      return (error as Error).message;
+    }
+    try {
+      (this.process.stdin as Writable).write(frame);
     } catch (error) {
       this.kill(`could not send to the child: ${(error as Error).message}`);
     }
+    return undefined;
   }
 
   addRun(exec: number, entry: ChildRunEntry): void {
@@ -316,10 +332,21 @@ export class ProcessPool implements Launcher {
     const child = this.pick();
     const entry: ChildRunEntry = { onEvent, deterministic: request.deterministic !== null, lastCallId: 0, events: 0 };
     child.addRun(exec, entry);
-    child.write({ type: "run", request: { ...request, exec, slot: 0 } });
+    const refused = child.writeOwn({ type: "run", request: { ...request, exec, slot: 0 } });
+    if (refused !== undefined) {
+      child.finishRun(exec, entry);
+      queueMicrotask(() => onEvent(sandboxFailure(exec, `the execution is too large to send to a child: ${refused}`)));
+      return noop;
+    }
     return {
       settle: (id, outcome, seq, now) => {
-        if (child.runs.has(exec)) child.write({ type: "settle", exec, id, outcome, seq, now });
+        if (!child.runs.has(exec)) return;
+        const refused = child.writeOwn({ type: "settle", exec, id, outcome, seq, now });
+        // The call fails in the script instead, as a tool result over the size limit does.
+        if (refused !== undefined) {
+          const message = `the answer to this call is too large to send to the sandbox's child process: ${refused}`;
+          child.write({ type: "settle", exec, id, outcome: { ok: false, message, properties: undefined }, seq, now });
+        }
       },
       stop: (reason) => {
         if (!child.runs.has(exec) || entry.stopping) return;

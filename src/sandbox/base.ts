@@ -445,6 +445,7 @@ function encodeStore(store: Readonly<Record<string, unknown>> | undefined): Reco
   if (store === null || typeof store !== "object" || Array.isArray(store)) {
     throw new TypeError("store must be an object of JSON values");
   }
+  let total = 0;
   for (const key of Object.keys(store)) {
     const value = store[key];
     if (value === undefined) continue;
@@ -455,7 +456,13 @@ function encodeStore(store: Readonly<Record<string, unknown>> | undefined): Reco
       throw new TypeError(`store["${key}"] is not JSON-serializable: ${(error as Error).message}`);
     }
     if (json === undefined) throw new TypeError(`store["${key}"] is not JSON-serializable`);
-    if (json.length > MAX_VALUE_CHARS) throw new RangeError(`store["${key}"] is too large`);
+    if (json.length > MAX_VALUE_CHARS)
+      throw new RangeError(`store["${key}"] is more than ${MAX_VALUE_CHARS} characters of JSON (MAX_VALUE_CHARS)`);
+    // The whole store enters the VM as one JSON value, so it is held to the same limit as one value.
+    total += key.length + json.length;
+    if (total > MAX_VALUE_CHARS) {
+      throw new RangeError(`the store is more than ${MAX_VALUE_CHARS} characters of JSON (MAX_VALUE_CHARS)`);
+    }
     Object.defineProperty(encoded, key, { value: json, enumerable: true, writable: true, configurable: true });
   }
   return encoded;
