@@ -21,7 +21,7 @@ import type { WorkerData } from "./worker.ts";
 
 /** Time a worker has to end a stopped run before it is terminated (generous: a loaded machine can delay a thread). */
 export const STOP_GRACE_MS = 2_000;
-/** Executions one worker can track at once (the size of its shared stop flags). */
+/** Executions one worker can track at once (the size of its shared stop flags); more wait on the host. */
 const SLOTS_PER_WORKER = 4096;
 /** Events one message may carry: a VM turn emits at most its output items plus its calls. */
 const MAX_EVENTS_PER_MESSAGE = 1_000_000;
@@ -33,6 +33,16 @@ export interface WorkerPoolOptions {
   /** VMs per worker, for executions that wait on tools concurrently. */
   maxVmsPerWorker: number;
   workerUrl?: string | URL;
+  /** Executions per worker before more wait (internal: tests use a few); default `SLOTS_PER_WORKER`. */
+  slotsPerWorker?: number;
+}
+
+/** An execution waiting for a free slot; `run` is set once it started on a worker. */
+interface Waiting {
+  exec: number;
+  request: LaunchRequest;
+  onEvent: (event: VmEvent) => void;
+  run: LaunchedRun | undefined;
 }
 
 interface PoolRunEntry extends RunEntry {
@@ -41,7 +51,7 @@ interface PoolRunEntry extends RunEntry {
 
 class PoolWorker {
   readonly worker: Worker;
-  readonly flags = new Int32Array(new SharedArrayBuffer(SLOTS_PER_WORKER * 4));
+  readonly flags: Int32Array;
   private readonly laneBuffer = createLaneBuffer();
   private readonly lane = new HostLane(this.laneBuffer);
   readonly runs = new Map<number, PoolRunEntry>();
@@ -54,7 +64,9 @@ class PoolWorker {
     private readonly pool: WorkerPool,
     options: WorkerPoolOptions,
   ) {
-    for (let i = SLOTS_PER_WORKER - 1; i >= 0; i--) this.freeSlots.push(i);
+    const slots = options.slotsPerWorker ?? SLOTS_PER_WORKER;
+    this.flags = new Int32Array(new SharedArrayBuffer(slots * 4));
+    for (let i = slots - 1; i >= 0; i--) this.freeSlots.push(i);
     const data: WorkerData = {
       module: options.module,
       stopFlags: this.flags,
@@ -157,6 +169,7 @@ class PoolWorker {
     if (this.runs.size === 0) this.worker.unref();
     if (entry.stopTimer) clearTimeout(entry.stopTimer);
     this.freeSlots.push(entry.slot);
+    this.pool.startWaiting();
   }
 
   /** Terminates the worker once and fails its open runs with a `sandbox` error. */
@@ -166,6 +179,7 @@ class PoolWorker {
     void this.worker.terminate();
     failRuns(this.runs, reason);
     this.pool.replace(this);
+    this.pool.startWaiting();
   }
 }
 
@@ -193,6 +207,8 @@ function startWorker(url: string | URL, options: WorkerOptions): Worker {
 export class WorkerPool implements Launcher {
   private workers: PoolWorker[] = [];
   private closed = false;
+  /** Executions past every worker's slots, in the order they were launched. */
+  private readonly waiting: Waiting[] = [];
   lastExec = 0;
   readonly size: number;
 
@@ -220,12 +236,45 @@ export class WorkerPool implements Launcher {
       queueMicrotask(() => fail("the sandbox is closed"));
       return noop;
     }
-    const worker = this.pick();
-    const slot = worker.takeSlot();
-    if (slot === undefined) {
-      queueMicrotask(() => fail("too many executions at once on one worker"));
-      return noop;
+    if (this.waiting.length === 0) {
+      const worker = this.pick();
+      const slot = worker.takeSlot();
+      if (slot !== undefined) return this.start(worker, slot, exec, request, onEvent);
     }
+    // Every slot is taken: the execution waits its turn. Its deadline and abort count all the same (the Execution
+    // keeps them); a stop while it waits just drops it.
+    const waiting: Waiting = { exec, request, onEvent, run: undefined };
+    this.waiting.push(waiting);
+    return {
+      settle: (id, outcome, seq, now) => waiting.run?.settle(id, outcome, seq, now),
+      stop: (reason) => {
+        if (waiting.run) waiting.run.stop(reason);
+        else {
+          const index = this.waiting.indexOf(waiting);
+          if (index >= 0) this.waiting.splice(index, 1);
+        }
+      },
+    };
+  }
+
+  /** Starts waiting executions, oldest first, while a worker has a free slot. */
+  startWaiting(): void {
+    while (this.waiting.length > 0 && !this.closed) {
+      const worker = this.pick();
+      const slot = worker.takeSlot();
+      if (slot === undefined) return;
+      const next = this.waiting.shift() as Waiting;
+      next.run = this.start(worker, slot, next.exec, next.request, next.onEvent);
+    }
+  }
+
+  private start(
+    worker: PoolWorker,
+    slot: number,
+    exec: number,
+    request: LaunchRequest,
+    onEvent: (event: VmEvent) => void,
+  ): LaunchedRun {
     const entry: PoolRunEntry = { onEvent, slot };
     worker.addRun(exec, entry);
     worker.send({ type: "run", request: { ...request, exec, slot } });
@@ -264,6 +313,7 @@ export class WorkerPool implements Launcher {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const w of this.waiting.splice(0)) w.onEvent(sandboxFailure(w.exec, "the sandbox is closed"));
     const workers = this.workers;
     for (const w of workers) w.kill("the sandbox is closed");
     await Promise.all(workers.map((w) => w.worker.terminate()));
