@@ -398,6 +398,51 @@ describe("schemaToType", () => {
     expect(schemaToType(false)).toBe("never");
     expect(schemaToType({})).toBe("unknown");
   });
+
+  test("an enum of 200,000 values renders, summarised like any type over the size limit", () => {
+    const values = Array.from({ length: 200_000 }, (_, i) => `v${i}`);
+    expect(schemaToType({ enum: values })).toBe("unknown");
+    const object = { type: "object", properties: { v: { enum: values } } };
+    expect(schemaToType(object)).toBe("{ [key: string]: unknown }");
+    expect(schemaToType({ enum: values.slice(0, 3) })).toBe('"v0" | "v1" | "v2"');
+  });
+
+  test("const and enum values too deep, too large or cyclic render as their base type", () => {
+    const deep = JSON.parse(`{"const": ${"[".repeat(10_000)}${"]".repeat(10_000)}}`);
+    expect(schemaToType(deep)).toBe("unknown[]");
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic.me = cyclic;
+    expect(schemaToType({ const: cyclic })).toBe("{ [key: string]: unknown }");
+    expect(schemaToType({ enum: [cyclic, "x"] })).toBe(`{ [key: string]: unknown } | "x"`);
+    // Shared, not cyclic: 10^16 paths through 16 small arrays.
+    let wide: unknown = 1;
+    for (let i = 0; i < 16; i++) wide = Array(10).fill(wide);
+    expect(schemaToType({ const: wide }, { maxChars: Number.POSITIVE_INFINITY })).toBe("unknown[]");
+    expect(schemaToType({ const: { a: [1, { b: null }] } })).toBe("{ a: [1, { b: null }] }");
+    expect(schemaToType({ enum: [Number.NaN, null] })).toBe("number | null");
+  });
+
+  test("BigInt values: const and enum as number, defaults and bounds as their digits", () => {
+    expect(schemaToType({ const: 10n })).toBe("number");
+    expect(schemaToType({ enum: [1n, "a"] })).toBe(`number | "a"`);
+    expect(schemaToType({ type: "object", properties: { n: { type: "integer", default: 10n, minimum: 1n } } })).toBe(
+      lines("{", "  // @integer @minimum 1 @default 10", "  n?: number;", "}"),
+    );
+  });
+
+  test("a default too deep, too large or cyclic is written as far as its tag shows it", () => {
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic.me = cyclic;
+    const deep = JSON.parse(`${"[".repeat(10_000)}${"]".repeat(10_000)}`);
+    for (const value of [cyclic, deep, Array(1_000_000).fill("x"), [new Date(0), 2n, undefined]]) {
+      const text = schemaToType({ type: "object", properties: { a: { default: value } } });
+      const tag = text.split("\n")[1] as string;
+      expect(tag).toMatch(/^ {2}\/\/ @default /);
+      expect(tag.length).toBeLessThanOrEqual(100);
+    }
+    const dates = schemaToType({ type: "object", properties: { a: { default: [new Date(0), 2n, undefined] } } });
+    expect(dates).toContain('// @default ["1970-01-01T00:00:00.000Z",2,null]');
+  });
 });
 
 describe("size limits", () => {

@@ -22,6 +22,12 @@ export const MAX_SCHEMA_NESTING = 48;
 /** How many schema nodes one conversion visits before the rest render as `unknown` (shared subschemas count each time). */
 export const MAX_SCHEMA_NODES = 20_000;
 
+/** Deepest nesting of a `const` or `enum` value that renders as a literal type; a deeper one renders as its base type. */
+export const MAX_LITERAL_DEPTH = 16;
+
+/** Most values (counted each time they occur) one `const` or `enum` value may hold to render as a literal type. */
+export const MAX_LITERAL_VALUES = 1_000;
+
 /** The index's default sentence on how to get a tool's full declaration. */
 export const DEFAULT_INDEX_HINT =
   'Before calling a tool, get its full declaration (parameters and result type) with describeTool("<name>").';

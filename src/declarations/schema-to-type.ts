@@ -11,6 +11,7 @@ import { schemaTags } from "./tags.ts";
 import {
   intersection,
   keyword,
+  literal,
   NEVER,
   NULL,
   nodeKey,
@@ -172,8 +173,8 @@ function convertKeywords(schema: JsonSchemaObject, context: Context): TypeNode {
     const unions = [oneOf, anyOf].filter((v) => v !== undefined).map((v) => convertVariants(base, v, context));
     return intersection(unions);
   }
-  if ("const" in schema) return { kind: "literal", value: schema.const };
-  if (Array.isArray(schema.enum)) return union(schema.enum.map((value) => ({ kind: "literal", value })));
+  if ("const" in schema) return literal(schema.const);
+  if (Array.isArray(schema.enum)) return union(schema.enum.map(literal));
   const types = typeList(schema);
   if (types.length === 0) return UNKNOWN;
   return union(types.map((type) => convertType(type, schema, context)));

@@ -39,6 +39,45 @@ function shorten(text: string): string {
   return text.length <= DEFAULT_VALUE_MAX_CHARS ? text : `${text.slice(0, DEFAULT_VALUE_MAX_CHARS - 1)}…`;
 }
 
+/**
+ * The JSON of a `@default` value, written only as far as the tag shows it (`max` characters), so that a cyclic, very
+ * deep or huge value costs no more than a small one; a BigInt is written as its digits. Every nested value writes at
+ * least one character, so the length bound also bounds the depth.
+ */
+function previewJson(value: unknown, max: number): string | undefined {
+  if (value === undefined || typeof value === "function" || typeof value === "symbol") return undefined;
+  let out = "";
+  const write = (input: unknown): void => {
+    // As in JSON.stringify, an object's toJSON stands for it (a Date writes its ISO string).
+    const toJSON = (input as { toJSON?: unknown } | null)?.toJSON;
+    const v: unknown = typeof toJSON === "function" ? toJSON.call(input) : input;
+    if (typeof v === "bigint") out += String(v);
+    else if (v === null || typeof v !== "object") out += JSON.stringify(v) ?? "null";
+    else if (Array.isArray(v)) {
+      out += "[";
+      for (let i = 0; i < v.length && out.length <= max; i++) {
+        if (i > 0) out += ",";
+        write(v[i]);
+      }
+      out += "]";
+    } else {
+      out += "{";
+      let first = true;
+      for (const key of Object.keys(v)) {
+        if (out.length > max) break;
+        const item = (v as Record<string, unknown>)[key];
+        if (item === undefined || typeof item === "function" || typeof item === "symbol") continue;
+        out += `${first ? "" : ","}${JSON.stringify(key)}:`;
+        first = false;
+        write(item);
+      }
+      out += "}";
+    }
+  };
+  write(value);
+  return out;
+}
+
 export interface TagContext {
   /** The schema renders as a tuple of this many elements with no rest: its item-count bounds say nothing new. */
   tupleLength?: number;
@@ -56,7 +95,9 @@ export function schemaTags(schema: JsonSchemaObject, context: TagContext = {}, p
   if (typeList.includes("integer") && !typeList.includes("number")) tags.push(`@${prefix}integer`);
   for (const key of NUMBER_TAGS) {
     const value = schema[key];
-    if (typeof value === "number" && Number.isFinite(value)) {
+    if (typeof value === "bigint") {
+      tags.push(`@${prefix}${key} ${value}`);
+    } else if (typeof value === "number" && Number.isFinite(value)) {
       if (isSafeIntegerBound(key, value)) continue;
       if (context.tupleLength !== undefined && (key === "minItems" || key === "maxItems")) continue;
       tags.push(`@${prefix}${key} ${value}`);
@@ -73,7 +114,7 @@ export function schemaTags(schema: JsonSchemaObject, context: TagContext = {}, p
   if (schema.uniqueItems === true) tags.push(`@${prefix}uniqueItems`);
   if (prefix === "") {
     if (schema.default !== undefined && context.output !== true) {
-      const json = JSON.stringify(schema.default);
+      const json = previewJson(schema.default, DEFAULT_VALUE_MAX_CHARS);
       if (json !== undefined) tags.push(`@default ${shorten(oneLine(json))}`);
     }
     if (schema.deprecated === true) tags.push("@deprecated");

@@ -1,4 +1,5 @@
 /** The intermediate form of a rendered type: schemas convert to it, the printer turns it into TypeScript. */
+import { MAX_LITERAL_DEPTH, MAX_LITERAL_VALUES } from "./limits.ts";
 
 export type Keyword = "string" | "number" | "boolean" | "null" | "undefined" | "unknown" | "never";
 
@@ -93,14 +94,34 @@ export function intersection(members: TypeNode[]): TypeNode {
   return { kind: "intersection", members: flat };
 }
 
-/** The keyword type a JSON literal belongs to; objects and arrays have none. */
+/** The keyword type a JSON literal belongs to; objects and arrays have none. A BigInt crosses as a JSON number. */
 function literalBase(value: unknown): TypeNode {
   if (value === null) return NULL;
   if (typeof value === "string") return keyword("string");
-  if (typeof value === "number") return keyword("number");
+  if (typeof value === "number" || typeof value === "bigint") return keyword("number");
   if (typeof value === "boolean") return keyword("boolean");
   if (Array.isArray(value)) return { kind: "array", items: UNKNOWN };
-  return ANY_OBJECT;
+  return typeof value === "object" ? ANY_OBJECT : UNKNOWN;
+}
+
+/**
+ * The type of a `const` or `enum` value: the literal itself when it is plain JSON within the bounds above, and its
+ * base type otherwise, so that a cyclic, very deep or huge value (or a BigInt) is printed, keyed and compared without
+ * unbounded recursion.
+ */
+export function literal(value: unknown): TypeNode {
+  let budget = MAX_LITERAL_VALUES;
+  const plain = (v: unknown, depth: number): boolean => {
+    if (--budget < 0) return false;
+    if (v === null || typeof v === "string" || typeof v === "boolean") return true;
+    // NaN and Infinity are not JSON: as literals they would print as `number` and key as `null`.
+    if (typeof v === "number") return Number.isFinite(v);
+    if (typeof v !== "object" || depth >= MAX_LITERAL_DEPTH) return false;
+    if (Array.isArray(v)) return v.every((item) => plain(item, depth + 1));
+    const proto = Object.getPrototypeOf(v);
+    return (proto === Object.prototype || proto === null) && Object.values(v).every((item) => plain(item, depth + 1));
+  };
+  return plain(value, 0) ? { kind: "literal", value } : literalBase(value);
 }
 
 /**
@@ -139,13 +160,18 @@ export function objectDepth(node: TypeNode): number {
     case "array":
       return objectDepth(node.items);
     case "tuple":
-      return Math.max(0, ...node.elements.map(objectDepth), node.rest ? objectDepth(node.rest) : 0);
+      return deepest(node.rest ? [...node.elements, node.rest] : node.elements);
     case "object":
-      return (
-        1 + Math.max(0, ...node.properties.map((p) => objectDepth(p.type)), node.index ? objectDepth(node.index) : 0)
-      );
+      return 1 + deepest([...node.properties.map((p) => p.type), ...(node.index ? [node.index] : [])]);
     case "union":
     case "intersection":
-      return Math.max(0, ...node.members.map(objectDepth));
+      return deepest(node.members);
   }
+}
+
+/** The largest objectDepth of `nodes`, in a loop: spreading an enum of 100k members as arguments overflows the stack. */
+function deepest(nodes: TypeNode[]): number {
+  let max = 0;
+  for (const node of nodes) max = Math.max(max, objectDepth(node));
+  return max;
 }
