@@ -1,5 +1,5 @@
 /** Deterministic runs: the same script, inputs and delivered results give the same calls, output and value. */
-import type { CodemodeHostCall, CodemodeResult, CodemodeSandboxBase } from "airlock";
+import { type CodemodeHostCall, type CodemodeResult, type CodemodeSandboxBase, InlineCodemodeSandbox } from "airlock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launchers } from "./helpers/sandboxes.ts";
 
@@ -144,5 +144,55 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     const result = await run.result;
     expect(result.ok && result.value).toEqual(["nope", 42]);
     expect(result.during).toEqual({ seq: 1, issued: 1 });
+  });
+
+  it("ends the run, and only it, with a sandbox error naming a hook that throws", async () => {
+    for (const hook of ["onStarted", "onCall", "onIdle"] as const) {
+      const run = sandbox.start("return await tools.lookup(1);", {
+        ...options,
+        onCall: () => {},
+        [hook]: () => {
+          throw new Error(`${hook} failed`);
+        },
+      });
+      const result = await run.result;
+      expect(!result.ok && result.error).toEqual({
+        kind: "sandbox",
+        message: `the ${hook} hook threw: ${hook} failed`,
+      });
+    }
+    expect(await sandbox.execute("return 1")).toMatchObject({ ok: true, value: 1 });
+  });
+});
+
+describe("inline deterministic runs whose hook throws", () => {
+  const throwing = {
+    startedAt: 0,
+    seed: 1,
+    onCall: () => {},
+    onStarted: () => {
+      throw new Error("onStarted failed");
+    },
+  };
+
+  it("end with the hook's error when the VM is not booted yet", async () => {
+    const sandbox = new InlineCodemodeSandbox();
+    try {
+      const result = await sandbox.start("return 1", throwing).result;
+      expect(!result.ok && result.error.message).toBe("the onStarted hook threw: onStarted failed");
+    } finally {
+      await sandbox.close();
+    }
+  });
+
+  it("give their VM back", async () => {
+    const sandbox = new InlineCodemodeSandbox({ maxVms: 1 });
+    try {
+      await sandbox.warm();
+      for (let i = 0; i < 3; i++) expect((await sandbox.start("return 1", throwing).result).ok).toBe(false);
+      expect(await sandbox.execute("return 1", { timeoutMs: 5_000 })).toMatchObject({ ok: true, value: 1 });
+    } finally {
+      await sandbox.close();
+    }
   });
 });

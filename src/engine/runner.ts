@@ -341,6 +341,8 @@ export class VmRunner {
       : { realtimeMs: () => Date.now(), monotonicMs: () => performance.now() - run.startedPerf };
     if (request.deterministic) {
       this.options.emit({ type: "started", exec: request.exec, fingerprint: this.fingerprint(request) });
+      // Stopped from the host's onStarted hook (inline, the event is handled synchronously): the VM went back already.
+      if (run.ended) return;
     }
     this.enter(run, () => {
       const qjs = vm.qjs;

@@ -73,7 +73,11 @@ export class Execution {
       return;
     }
     this.run = launcher.launch(options.request, (event) => this.onEvent(event));
-    if (this.finished) return;
+    if (this.finished) {
+      // A hook that failed while the run started (inline, its first turn runs inside launch()) could not stop it yet.
+      this.run.stop("aborted");
+      return;
+    }
     signal?.addEventListener("abort", this.onAbort, { once: true });
     if (Number.isFinite(timeoutMs)) this.armDeadline(performance.now() + timeoutMs, timeoutMs);
   }
@@ -101,6 +105,22 @@ export class Execution {
     this.run?.stop(kind);
   }
 
+  /** Ends the execution with a `sandbox` error and tells the VM to stop. */
+  private fail(message: string): void {
+    if (this.finished) return;
+    this.finish({ ok: false, error: { kind: "sandbox", message } });
+    this.run?.stop("aborted");
+  }
+
+  /** A hook of a deterministic run that throws ends this run with an error naming it, never the host. */
+  private callHook(hook: "onStarted" | "onCall" | "onIdle", call: () => void): void {
+    try {
+      call();
+    } catch (error) {
+      this.fail(`the ${hook} hook threw: ${errorMessage(error)}`);
+    }
+  }
+
   /** Deterministic runs: answers call `id` as result `seq`. */
   deliver(seq: number, now: number, id: number, outcome: CodemodeOutcome): void {
     if (this.finished) throw new Error("deliver(): the run has finished");
@@ -126,12 +146,16 @@ export class Execution {
       case "output":
         this.onOutput(event.item);
         break;
-      case "started":
-        if (this.options.handler.kind === "deterministic") this.options.handler.onStarted?.(event.fingerprint);
+      case "started": {
+        const handler = this.options.handler;
+        if (handler.kind === "deterministic") this.callHook("onStarted", () => handler.onStarted?.(event.fingerprint));
         break;
-      case "idle":
-        if (this.options.handler.kind === "deterministic") this.options.handler.onIdle?.(event.seq, event.issued);
+      }
+      case "idle": {
+        const handler = this.options.handler;
+        if (handler.kind === "deterministic") this.callHook("onIdle", () => handler.onIdle?.(event.seq, event.issued));
         break;
+      }
       case "done":
         this.finish(this.toResult(event.result));
         break;
@@ -142,8 +166,7 @@ export class Execution {
     this.outputChars += item.type === "text" ? item.text.length : item.data.length;
     if (this.outputChars > MAX_OUTPUT_CHARS || this.output.length >= MAX_OUTPUT_ITEMS) {
       // The VM side enforces these limits; a VM side that does not is broken.
-      this.finish({ ok: false, error: { kind: "sandbox", message: "the VM sent more output than the limits allow" } });
-      this.run.stop("aborted");
+      this.fail("the VM sent more output than the limits allow");
       return;
     }
     this.output.push(item);
@@ -155,15 +178,14 @@ export class Execution {
     try {
       args = argsJson === undefined ? undefined : JSON.parse(argsJson);
     } catch {
-      this.finish({ ok: false, error: { kind: "sandbox", message: "the VM sent call arguments that are not JSON" } });
-      this.run.stop("aborted");
+      this.fail("the VM sent call arguments that are not JSON");
       return;
     }
     const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
     if (target === "tool") this.calls.push(record);
     if (handler.kind === "deterministic") {
       this.open.set(id, { record, startedAt: performance.now(), controller: undefined, name });
-      handler.onCall({ id, target, name, args });
+      this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
     }
     const tool = handler.resolve(target, name);
