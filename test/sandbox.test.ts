@@ -48,6 +48,31 @@ const tools: CodemodeTool[] = [
   { name: "date", execute: () => ({ when: new Date(0), gone: undefined, keep: null }) },
   { name: "bigint", execute: () => 1n },
   {
+    name: "unreadable",
+    execute: async (args) => {
+      const kind = (args as { kind: string }).kind;
+      const unprintable = {
+        toString(): string {
+          throw new Error("no text");
+        },
+      };
+      if (kind === "getter") {
+        throw new (class extends Error {
+          override get message(): string {
+            throw new Error("no message");
+          }
+        })();
+      }
+      if (kind === "proxy") {
+        const { proxy, revoke } = Proxy.revocable(new Error("revoked"), {});
+        revoke();
+        throw proxy;
+      }
+      if (kind === "toString") throw Object.defineProperty(new Error(), "message", { value: unprintable });
+      throw unprintable;
+    },
+  },
+  {
     name: "throwMessage",
     execute: async (args) => {
       throw new Error((args as { message: string }).message);
@@ -150,6 +175,18 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
         `the tool's error message is more than ${MAX_VALUE_CHARS} characters`,
       ]);
       expect(result.calls.map((c) => c.status)).toEqual(["error"]);
+    });
+
+    it("answers a tool error whose message cannot be read with a message that says so", async () => {
+      const result = await run(`
+        const out = [];
+        for (const kind of ["getter", "proxy", "toString", "object"]) {
+          try { await tools.unreadable({ kind }); } catch (e) { out.push(e.message); }
+        }
+        return out;`);
+      expect(result.ok && result.value).toEqual(
+        Array(4).fill("unreadable failed with an error whose message cannot be read"),
+      );
     });
 
     it("fails the script when a tool rejection is not caught", async () => {

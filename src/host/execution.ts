@@ -219,7 +219,11 @@ export class Execution {
     }
     Promise.resolve(pending).then(
       (value) => this.answer(id, { ok: true, value }),
-      (error: unknown) => this.answer(id, { ok: false, message: errorMessage(error) }),
+      (error: unknown) =>
+        this.answer(id, {
+          ok: false,
+          message: errorMessage(error, `${name} failed with an error whose message cannot be read`),
+        }),
     );
   }
 
@@ -229,7 +233,7 @@ export class Execution {
     try {
       encoded = encodeOutcome(outcome);
     } catch (error) {
-      encoded = { ok: false, message: (error as Error).message, properties: undefined };
+      encoded = { ok: false, message: errorMessage(error), properties: undefined };
     }
     this.closeCall(id, encoded.ok ? "ok" : "error");
     this.run.settle(id, encoded, null, null);
@@ -300,7 +304,7 @@ function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
     }
     return { ok: true, value };
   }
-  const message = typeof outcome.message === "string" ? outcome.message : String(outcome.message);
+  const message = typeof outcome.message === "string" ? outcome.message : errorMessage(outcome.message);
   // Refused like a result over the limit (the call still fails, saying why), so no tier has to carry it.
   if (message.length > MAX_VALUE_CHARS) {
     throw new RangeError(`the tool's error message is more than ${MAX_VALUE_CHARS} characters`);
@@ -317,12 +321,16 @@ function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
   return { ok: false, message, properties };
 }
 
-function errorMessage(error: unknown): string {
-  if (error instanceof Error) return error.message;
+/**
+ * The message of a thrown value, as a string. Reading it runs the thrower's code (a `message` getter, a `toString`, a
+ * revoked Proxy's traps), so it may throw itself: then the message says that it could not be read.
+ */
+function errorMessage(error: unknown, unreadable = "an error whose message cannot be read"): string {
   try {
-    return String(error);
+    const message = error instanceof Error ? error.message : error;
+    return typeof message === "string" ? message : String(message);
   } catch {
-    return "the tool failed";
+    return unreadable;
   }
 }
 
