@@ -4,6 +4,7 @@ export * from "./declarations/index.ts";
 export {
   DEFAULT_TIMEOUT_MS,
   INLINE_MAX_STACK_SIZE,
+  MAX_CLOCK_MS,
   MAX_OUTPUT_CHARS,
   MAX_OUTPUT_ITEMS,
   MAX_STORE_TOTAL_CHARS,

@@ -1,5 +1,11 @@
 /** Deterministic runs: the same script, inputs and delivered results give the same calls, output and value. */
-import { type CodemodeHostCall, type CodemodeResult, type CodemodeSandboxBase, InlineCodemodeSandbox } from "airlock";
+import {
+  type CodemodeHostCall,
+  type CodemodeResult,
+  type CodemodeSandboxBase,
+  InlineCodemodeSandbox,
+  MAX_CLOCK_MS,
+} from "airlock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launchers } from "./helpers/sandboxes.ts";
 
@@ -144,6 +150,39 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     const result = await run.result;
     expect(result.ok && result.value).toEqual(["nope", 42]);
     expect(result.during).toEqual({ seq: 1, issued: 1 });
+  });
+
+  it("reads clock values from 0 to MAX_CLOCK_MS exactly and refuses the ones that would wrap", async () => {
+    const clock = "const a = Date.now(); await tools.lookup(1); return [a, Date.now()];";
+    for (const at of [0, MAX_CLOCK_MS]) {
+      const run = sandbox.start(clock, {
+        ...options,
+        startedAt: at,
+        onCall: (call) => setTimeout(() => run.deliver(1, MAX_CLOCK_MS, call.id, { ok: true, value: 1 })),
+      });
+      const result = await run.result;
+      expect(result.ok && result.value).toEqual([at, MAX_CLOCK_MS]);
+    }
+    for (const startedAt of [-1000, MAX_CLOCK_MS + 1, 8.64e15]) {
+      expect(() => sandbox.start(clock, { ...options, startedAt, onCall: () => {} })).toThrow(
+        new RangeError(
+          `startedAt must be between 0 and ${MAX_CLOCK_MS} ms since the epoch (1970 to 2554), got ${startedAt}`,
+        ),
+      );
+    }
+    let callId = 0;
+    const run = sandbox.start(clock, {
+      ...options,
+      onCall: (call) => {
+        callId = call.id;
+      },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    for (const now of [-1, MAX_CLOCK_MS + 1]) {
+      expect(() => run.deliver(1, now, callId, { ok: true, value: 1 })).toThrow(`now must be a finite number of ms`);
+    }
+    run.deliver(1, 0, callId, { ok: true, value: 1 });
+    expect((await run.result).ok).toBe(true);
   });
 
   it("ends the run, and only it, with a sandbox error naming a hook that throws", async () => {

@@ -11,6 +11,12 @@ export const MAX_STORE_TOTAL_CHARS = 1024 * 1024;
 /** Characters of JSON one value crossing the VM boundary may have: tool arguments, tool results, the return value. */
 export const MAX_VALUE_CHARS = 16 * 1024 * 1024;
 
+/**
+ * Latest clock value of a deterministic run, in ms since the epoch (in 2554): the VM reads its clock as unsigned 64-bit
+ * nanoseconds (WASI), so earlier than 0 or later than this would wrap around to another date.
+ */
+export const MAX_CLOCK_MS = 18_446_744_073_709;
+
 /** Default deadline of an execution. */
 export const DEFAULT_TIMEOUT_MS = 300_000;
 

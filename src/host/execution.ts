@@ -3,7 +3,7 @@
  * the deadline and the abort. The host is the authority on how an execution ends: a deadline or an abort ends it
  * here at once, and the VM is told to stop.
  */
-import { MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import { MAX_CLOCK_MS, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "../engine/limits.ts";
 import { type CallOutcome, DEADLINE_MESSAGE, type RunResult, type VmEvent } from "../engine/protocol.ts";
 import type {
   CodemodeCall,
@@ -127,8 +127,11 @@ export class Execution {
     if (!Number.isSafeInteger(seq) || seq < 1)
       throw new RangeError(`deliver(): seq must be a positive integer, got ${seq}`);
     if (this.usedSeqs.has(seq)) throw new Error(`deliver(): result number ${seq} was already delivered`);
-    if (typeof now !== "number" || !Number.isFinite(now))
-      throw new RangeError("deliver(): now must be a finite number");
+    if (typeof now !== "number" || !(now >= 0 && now <= MAX_CLOCK_MS)) {
+      throw new RangeError(
+        `deliver(): now must be a finite number of ms since the epoch from 0 to ${MAX_CLOCK_MS} (1970 to 2554), got ${typeof now === "number" ? now : typeof now}`,
+      );
+    }
     const call = this.open.get(id);
     if (!call) throw new Error(`deliver(): call ${id} is not waiting for an answer`);
     const encoded = encodeOutcome(outcome);

@@ -2,7 +2,7 @@
  * The public sandbox API, shared by every launcher: option checks, the tool registry, `execute`, deterministic
  * `start` runs, and `close`. Subclasses only choose the launcher.
  */
-import { DEFAULT_TIMEOUT_MS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import { DEFAULT_TIMEOUT_MS, MAX_CLOCK_MS, MAX_VALUE_CHARS } from "../engine/limits.ts";
 import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
@@ -213,6 +213,11 @@ export abstract class CodemodeSandboxBase {
     refuseUnknownOptions(options, "start options", RUN_OPTION_KEYS);
     if (typeof options.startedAt !== "number" || !Number.isFinite(options.startedAt)) {
       throw new TypeError("startedAt must be a finite number of ms since the epoch");
+    }
+    if (options.startedAt < 0 || options.startedAt > MAX_CLOCK_MS) {
+      throw new RangeError(
+        `startedAt must be between 0 and ${MAX_CLOCK_MS} ms since the epoch (1970 to 2554), got ${options.startedAt}`,
+      );
     }
     if (!Number.isInteger(options.seed) || options.seed < 0 || options.seed > 0xffffffff) {
       throw new TypeError("seed must be an unsigned 32-bit integer");
