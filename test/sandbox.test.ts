@@ -497,6 +497,25 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(!result.ok && result.error).toEqual({ kind: "script", message: "plain string" });
     });
 
+    it("takes deadlines longer than a Node timer can wait, without timer warnings", async () => {
+      const warnings: string[] = [];
+      const onWarning = (warning: Error) => warnings.push(warning.name);
+      process.on("warning", onWarning);
+      try {
+        for (const timeoutMs of [2 ** 31, 30 * 24 * 3600 * 1000, 1e300]) {
+          expect(await run("return await tools.wait({ ms: 20 });", { timeoutMs })).toMatchObject({
+            ok: true,
+            value: "waited",
+          });
+        }
+        // Warnings are emitted on a later tick.
+        await new Promise((resolve) => setImmediate(resolve));
+      } finally {
+        process.off("warning", onWarning);
+      }
+      expect(warnings).not.toContain("TimeoutOverflowWarning");
+    });
+
     it("times out with kind timeout; Infinity disables the deadline", async () => {
       const slow = await run("await tools.wait({ ms: 2000 });", { timeoutMs: 100 });
       expect(!slow.ok && slow.error).toEqual({ kind: "timeout", message: "The execution timed out after 100 ms" });

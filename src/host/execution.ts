@@ -17,6 +17,9 @@ import type {
 } from "../types.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 
+/** The longest delay a Node timer takes: 2^31 - 1 ms, about 24.8 days. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Characters of an error message or stack the host keeps. */
 const MAX_ERROR_MESSAGE_CHARS = 8 * 1024;
 const MAX_ERROR_STACK_CHARS = 32 * 1024;
@@ -84,14 +87,18 @@ export class Execution {
 
   /**
    * A Node timer counts from the event loop's cached clock, which can be milliseconds older than the call (the loop
-   * turn was busy), so it may fire early: it is re-armed until the deadline has really passed.
+   * turn was busy), so it may fire early: it is re-armed until the deadline has really passed. It also takes at most
+   * MAX_TIMER_MS (a longer delay fires after 1 ms, with a warning): a longer deadline takes several steps.
    */
   private armDeadline(deadline: number, delay: number): void {
-    this.timer = setTimeout(() => {
-      const left = deadline - performance.now();
-      if (left > 0) this.armDeadline(deadline, left);
-      else this.stop("timeout", this.timeoutMessage());
-    }, delay);
+    this.timer = setTimeout(
+      () => {
+        const left = deadline - performance.now();
+        if (left > 0) this.armDeadline(deadline, left);
+        else this.stop("timeout", this.timeoutMessage());
+      },
+      Math.min(delay, MAX_TIMER_MS),
+    );
   }
 
   private timeoutMessage(): string {
