@@ -639,4 +639,13 @@ describe.each(launchers)("$name sandbox close()", ({ name, make }) => {
     const after = await sandbox.execute("return 1");
     expect(!after.ok && after.error).toEqual({ kind: "aborted", message: "The sandbox is closed" });
   });
+
+  it("returns the same promise from a second close() made while the first is under way", async () => {
+    const sandbox = make({ tools });
+    const first = sandbox.close();
+    const second = sandbox.close();
+    expect(second).toBe(first);
+    await second;
+    expect(sandbox.close()).toBe(first);
+  });
 });

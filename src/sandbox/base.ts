@@ -86,6 +86,7 @@ export abstract class CodemodeSandboxBase {
   private readonly memoryLimitBytes: number;
   private readonly typescript: boolean;
   private closed = false;
+  private closing: Promise<void> | undefined;
 
   protected constructor(
     options: CodemodeSandboxBaseOptions,
@@ -295,12 +296,17 @@ export abstract class CodemodeSandboxBase {
     };
   }
 
-  /** Stops every open execution (they end with `aborted`) and releases the sandbox's threads and VMs. */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    for (const execution of [...this.executions]) execution.stop("aborted", "The sandbox was closed");
-    await this.launcher.close();
+  /**
+   * Stops every open execution (they end with `aborted`) and releases the sandbox's threads and VMs. Every call returns
+   * the same promise, so that none resolves before the release is done.
+   */
+  close(): Promise<void> {
+    if (!this.closing) {
+      this.closed = true;
+      for (const execution of [...this.executions]) execution.stop("aborted", "The sandbox was closed");
+      this.closing = this.launcher.close();
+    }
+    return this.closing;
   }
 
   /** The JavaScript to run, or the failed result of a TypeScript script that does not parse. */
