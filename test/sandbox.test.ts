@@ -640,6 +640,27 @@ describe.each(launchers)("$name sandbox close()", ({ name, make }) => {
     expect(!after.ok && after.error).toEqual({ kind: "aborted", message: "The sandbox is closed" });
   });
 
+  it("stops an execution that a tool closes the sandbox from in the execution's first turn", async () => {
+    let closing: Promise<void> | undefined;
+    const sandbox = make({
+      tools: [
+        {
+          name: "closeNow",
+          execute: () => {
+            closing = sandbox.close();
+            return "closed";
+          },
+        },
+      ],
+    });
+    // Warm, an inline execution's first turn runs inside execute() itself.
+    await (sandbox as CodemodeSandboxBase & { warm(): Promise<void> }).warm();
+    const result = await sandbox.execute('const v = await tools.closeNow(); text("after close()"); return v;');
+    await closing;
+    expect(!result.ok && result.error).toEqual({ kind: "aborted", message: "The sandbox was closed" });
+    expect(result.output).toEqual([]);
+  });
+
   it("returns the same promise from a second close() made while the first is under way", async () => {
     const sandbox = make({ tools });
     const first = sandbox.close();

@@ -39,6 +39,11 @@ export interface ExecutionOptions {
   handler: CallHandler;
   signal: AbortSignal | undefined;
   timeoutMs: number;
+  /**
+   * Called before the run starts, to let the sandbox stop it from then on: inline, its first turn (which may call
+   * tools, and they `close()`) runs inside the constructor.
+   */
+  onStart?: (execution: Execution) => void;
   /** Called once when the execution ended, to let the sandbox forget it. */
   onEnd: (execution: Execution) => void;
 }
@@ -75,9 +80,11 @@ export class Execution {
       this.finish({ ok: false, error: { kind: "aborted", message: "The execution was aborted before it started" } });
       return;
     }
+    options.onStart?.(this);
     this.run = launcher.launch(options.request, (event) => this.onEvent(event));
     if (this.finished) {
-      // A hook that failed while the run started (inline, its first turn runs inside launch()) could not stop it yet.
+      // Ended while the run started (inline, its first turn runs inside launch(): a hook failed, or a tool closed the
+      // sandbox), when it could not be stopped yet.
       this.run.stop("aborted");
       return;
     }

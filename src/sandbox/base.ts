@@ -198,9 +198,9 @@ export abstract class CodemodeSandboxBase {
       },
       signal: options.signal,
       timeoutMs,
+      onStart: (e) => this.executions.add(e),
       onEnd: (e) => this.executions.delete(e),
     });
-    if (!execution.finished) this.executions.add(execution);
     return execution.result;
   }
 
@@ -275,6 +275,7 @@ export abstract class CodemodeSandboxBase {
           },
           signal: options.signal,
           timeoutMs,
+          onStart: (e) => this.executions.add(e),
           onEnd: (e) => this.executions.delete(e),
         });
     const result =
@@ -283,7 +284,6 @@ export abstract class CodemodeSandboxBase {
         : execution
           ? execution.result
           : Promise.resolve(closedResult());
-    if (execution && !execution.finished) this.executions.add(execution);
     return {
       result,
       get finished() {
