@@ -141,6 +141,34 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     expect(bad({ onResult: () => {} })).toThrow('start options has no option "onResult"');
   });
 
+  it("refuses tools and globals that would define the same name, naming them", () => {
+    const bad = (extra: object) => () => sandbox.start("return 1", { ...options, onCall: () => {}, ...extra });
+    expect(
+      bad({
+        tools: [
+          { name: "x", jsName: "y" },
+          { name: "y", jsName: "z" },
+        ],
+      }),
+    ).toThrow('tools "x" and "y" would both be tools.y; rename one of them');
+    expect(bad({ tools: [{ name: "a-b" }, { name: "c", jsName: "a_b" }] })).toThrow(
+      'tools "a-b" and "c" would both be tools.a_b',
+    );
+    expect(
+      bad({
+        tools: [
+          { name: "a-b", jsName: "p" },
+          { name: "a-b", jsName: "q" },
+        ],
+      }),
+    ).toThrow('tools "a-b" and "a-b" would both be tools["a-b"]');
+    expect(bad({ globals: [{ name: "f" }, { name: "f" }] })).toThrow('global "f" collides with global "f"');
+    expect(bad({ globals: [{ name: "m.f" }, { name: "m" }] })).toThrow('global "m" collides with global "m.f"');
+    expect(bad({ tools: { lookup: {} } })).toThrow(new TypeError("tools must be an array"));
+    expect(bad({ globals: "classify" })).toThrow(new TypeError("globals must be an array"));
+    expect(bad({ tools: [{ name: "t", jsName: ["t"] }] })).toThrow('jsName of tool "t" must be a string');
+  });
+
   it("rejects a delivered error inside the script with its properties", async () => {
     const run = sandbox.start("try { await tools.lookup(1); } catch (e) { return [e.message, e.code]; }", {
       ...options,

@@ -147,11 +147,8 @@ export abstract class CodemodeSandboxBase {
       );
     }
     if (this.globalMap.has(global.name)) throw new Error(`a global named "${global.name}" is already registered`);
-    for (const other of this.globalMap.keys()) {
-      if (other.split(".")[0] === parts[0] && (parts.length === 1 || !other.includes("."))) {
-        throw new Error(`global "${global.name}" collides with global "${other}"`);
-      }
-    }
+    const other = collidingGlobal(global.name, this.globalMap.keys());
+    if (other !== undefined) throw new Error(`global "${global.name}" collides with global "${other}"`);
     this.globalMap.set(global.name, global);
     this.view = undefined;
   }
@@ -233,15 +230,32 @@ export abstract class CodemodeSandboxBase {
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
     const script = this.compile(code);
-    const seen = new Set<string>();
+    if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
+    if (options.globals !== undefined && !Array.isArray(options.globals))
+      throw new TypeError("globals must be an array");
+    // A tool is both tools.<id> and tools[<name>]: no two tools may define the same property.
+    const claimed = new Map<string, string>();
     const tools = (options.tools ?? []).map((t) => {
       if (!t || typeof t.name !== "string" || t.name === "") throw new TypeError("every tool needs a name");
+      if (t.jsName !== undefined && typeof t.jsName !== "string") {
+        throw new TypeError(`jsName of tool "${t.name}" must be a string`);
+      }
+      if (t.description !== undefined && typeof t.description !== "string") {
+        throw new TypeError(`tool "${t.name}" has a description that is not a string`);
+      }
       const id = t.jsName ?? toCodemodeIdentifier(t.name);
       if (!isIdentifier(id)) throw new TypeError(`jsName "${id}" of tool "${t.name}" is not an identifier`);
-      if (seen.has(id)) throw new Error(`two tools would both be tools.${id}`);
-      seen.add(id);
+      for (const key of new Set([id, t.name])) {
+        const other = claimed.get(key);
+        if (other !== undefined) {
+          const property = isIdentifier(key) ? `tools.${key}` : `tools[${JSON.stringify(key)}]`;
+          throw new Error(`tools "${other}" and "${t.name}" would both be ${property}; rename one of them`);
+        }
+        claimed.set(key, t.name);
+      }
       return { name: t.name, id, description: t.description ?? "" };
     });
+    const globalNames: string[] = [];
     const globals = (options.globals ?? []).map((g) => {
       const parts = typeof g?.name === "string" ? g.name.split(".") : [];
       if (
@@ -254,6 +268,9 @@ export abstract class CodemodeSandboxBase {
           `global "${g?.name}" must be an identifier or namespace.member not used by the environment`,
         );
       }
+      const other = collidingGlobal(g.name, globalNames);
+      if (other !== undefined) throw new Error(`global "${g.name}" collides with global "${other}"`);
+      globalNames.push(g.name);
       return { name: g.name, spread: g.spread === true };
     });
     const request = this.request(
@@ -370,6 +387,18 @@ export function checkNewTool(tool: CodemodeTool, registered: readonly CodemodeTo
       throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
     }
   }
+}
+
+/**
+ * The global among `others` that `name` would collide with: the same name, or the same top-level name where either is
+ * not in a namespace (`f` and `f.g`).
+ */
+function collidingGlobal(name: string, others: Iterable<string>): string | undefined {
+  const top = name.split(".")[0];
+  for (const other of others) {
+    if (other === name || (other.split(".")[0] === top && (!name.includes(".") || !other.includes(".")))) return other;
+  }
+  return undefined;
 }
 
 function checkTool(tool: CodemodeTool, what: string): void {
