@@ -28,7 +28,7 @@ const tools: CodemodeTool[] = [
 ];
 
 describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }) => {
-  let sandbox: CodemodeSandboxBase;
+  let sandbox: ReturnType<typeof make>;
   beforeAll(async () => {
     sandbox = make({ tools, timeoutMs: 500, memoryLimitBytes: 48 * 1024 * 1024 });
     // The deadlines here are short; a loaded machine can take longer than one to boot the sandbox.

@@ -9,7 +9,10 @@ import {
 import { warmFirst } from "../fixtures/process/warm-first.ts";
 
 /** Every launcher that claims the shared behaviour; each test of the shared suite runs against all of them. */
-export const launchers: { name: string; make(options?: CodemodeSandboxBaseOptions): CodemodeSandboxBase }[] = [
+export const launchers: {
+  name: string;
+  make(options?: CodemodeSandboxBaseOptions): CodemodeSandboxBase & { warm(): Promise<void> };
+}[] = [
   { name: "inline", make: (options = {}) => new InlineCodemodeSandbox(options) },
   { name: "worker", make: (options = {}) => new CodemodeSandbox({ poolSize: 1, ...options }) },
   { name: "process", make: (options = {}) => warmFirst(new ProcessCodemodeSandbox({ poolSize: 1, ...options })) },
