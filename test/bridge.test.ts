@@ -74,6 +74,20 @@ import { CodemodeSandbox } from "airlock";
     expect(next.ok && next.value).toBe(1);
   });
 
+  it("does not kill a worker whose stopped run waits behind another run that computes within its deadline", async () => {
+    sandbox = new CodemodeSandbox({ poolSize: 1, timeoutMs: 20_000 });
+    await sandbox.warm();
+    // Computes past the stop grace (STOP_GRACE_MS, 2 s), well within its own deadline.
+    const busy = sandbox.execute("const t = Date.now(); while (Date.now() - t < 3000) {} return 'done';");
+    const controller = new AbortController();
+    const queued = sandbox.execute("return 'never ran'", { signal: controller.signal });
+    setTimeout(() => controller.abort(), 100);
+    expect(await queued).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    // Before, the worker was killed when the queued run had not stopped 2 s later, ending the busy run with it.
+    expect(await busy).toMatchObject({ ok: true, value: "done" });
+    expect((await sandbox.execute("return 1")).ok).toBe(true);
+  });
+
   it("reports a missing worker file as a sandbox error", async () => {
     sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: new URL("./fixtures/missing.mjs", import.meta.url) });
     const result = await sandbox.execute("return 1");

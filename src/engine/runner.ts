@@ -45,6 +45,11 @@ export interface RunnerOptions extends VmOptions {
   stopFlags?: Int32Array;
   /** VMs kept for concurrent executions; requests past it wait. */
   maxVms: number;
+  /**
+   * Set to the slot + 1 of the run whose turn this thread is computing, 0 between turns: the host reads it to tell a
+   * run that does not stop from one whose stop waits behind another run's turn.
+   */
+  running?: Int32Array;
 }
 
 /** A request with its configuration, parsed. */
@@ -425,7 +430,9 @@ export class VmRunner {
    */
   private enter(run: ActiveRun, body: () => void): void {
     const vm = run.vm;
+    const running = this.options.running;
     this.busy = true;
+    if (running) Atomics.store(running, 0, run.request.slot + 1);
     run.enteredAt = performance.now();
     let crash: RunResult | undefined;
     try {
@@ -436,6 +443,7 @@ export class VmRunner {
     } finally {
       run.cpuMs += performance.now() - run.enteredAt;
       this.busy = false;
+      if (running) Atomics.store(running, 0, 0);
     }
     if (!run.ended) {
       if (run.stopReason !== undefined && run.result === undefined) this.end(run, this.stoppedResult(run));

@@ -52,6 +52,8 @@ interface PoolRunEntry extends RunEntry {
 class PoolWorker {
   readonly worker: Worker;
   readonly flags: Int32Array;
+  /** Which run the worker is computing (see RunnerOptions.running). */
+  readonly running = new Int32Array(new SharedArrayBuffer(4));
   private readonly laneBuffer = createLaneBuffer();
   private readonly lane = new HostLane(this.laneBuffer);
   readonly runs = new Map<number, PoolRunEntry>();
@@ -70,6 +72,7 @@ class PoolWorker {
     const data: WorkerData = {
       module: options.module,
       stopFlags: this.flags,
+      running: this.running,
       lane: this.laneBuffer,
       maxStackSize: WORKER_MAX_STACK_SIZE,
       maxVms: options.maxVmsPerWorker,
@@ -286,7 +289,18 @@ export class WorkerPool implements Launcher {
         if (!worker.runs.has(exec) || entry.stopTimer) return;
         Atomics.store(worker.flags, slot, reason === "timeout" ? StopCode.timeout : StopCode.aborted);
         worker.send({ type: "stop", exec, reason });
-        entry.stopTimer = setTimeout(() => worker.kill("the worker did not stop a run in time"), STOP_GRACE_MS);
+        // A run that has not stopped in time is stuck, unless the worker is computing another run's turn: then its
+        // stop waits behind that run (which has a deadline of its own), and killing the worker would end them all.
+        const overdue = () => {
+          const computing = Atomics.load(worker.running, 0);
+          if (computing !== 0 && computing !== slot + 1) {
+            entry.stopTimer = setTimeout(overdue, STOP_GRACE_MS);
+            entry.stopTimer.unref?.();
+            return;
+          }
+          worker.kill("the worker did not stop a run in time");
+        };
+        entry.stopTimer = setTimeout(overdue, STOP_GRACE_MS);
         entry.stopTimer.unref?.();
       },
     };

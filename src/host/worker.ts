@@ -15,6 +15,8 @@ export interface WorkerData {
   lane: SharedArrayBuffer;
   maxStackSize: number;
   maxVms: number;
+  /** See RunnerOptions.running. */
+  running: Int32Array;
 }
 
 /** How long a worker whose runs all wait on tools blocks on the lane before it goes back to its event loop. */
