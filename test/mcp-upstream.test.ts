@@ -19,6 +19,7 @@ import {
   parseMcpConfig,
 } from "airlock/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import {
   EVERYTHING,
   everything,
@@ -354,6 +355,44 @@ describe("Streamable HTTP upstream", () => {
       await ownSandbox.close();
       await own.close();
     }
+  });
+});
+
+describe("Streamable HTTP upstream failures", () => {
+  let upstream: HttpUpstream;
+  let own: McpToolset;
+  let ownSandbox: CodemodeSandbox;
+  beforeAll(async () => {
+    upstream = await startHttpUpstream();
+    own = await McpToolset.connect({ mcpServers: { pay: { url: upstream.url } } });
+    ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools });
+  });
+  afterAll(async () => {
+    await ownSandbox?.close();
+    await own?.close();
+    await upstream?.close();
+  });
+
+  it("does not send a writing call again when the connection dropped after the request was sent", async () => {
+    const result = await ownSandbox.execute("return await tools.pay__charge({});");
+    expect(!result.ok && result.error.message).toMatch(
+      /connection to server "pay" was lost while the call ran; the tool may or may not have run, so it was not repeated/,
+    );
+    expect(upstream.calls.charge).toBe(1);
+    // The next call reconnects; a read-only call that meets the same drop is sent again once.
+    const next = await ownSandbox.execute("return await tools.pay__echo({});");
+    expect(next.ok && next.value).toBe("echo");
+    const lookup = await ownSandbox.execute("return await tools.pay__lookup({});");
+    expect(!lookup.ok && lookup.error.message).toMatch(/lost again when the call was sent a second time/);
+    expect(upstream.calls.lookup).toBe(2);
+  });
+
+  it("reports an HTTP error status as the server's answer, with the status, and does not send the call again", async () => {
+    const result = await ownSandbox.execute("return await tools.pay__reject({});");
+    expect(!result.ok && result.error.message).toMatch(
+      /server "pay" answered the call of reject with HTTP 400: .*amount too large/,
+    );
+    expect(upstream.calls.reject).toBe(1);
   });
 });
 

@@ -173,8 +173,13 @@ export class McpUpstream {
       return await this.request(client, name, args, signal);
     } catch (error) {
       if (signal?.aborted) throw signal.reason ?? error;
-      const failure = classify(error);
-      if (failure === "other" || this.closed) throw error;
+      let failure = classify(error);
+      // Some servers (the reference "everything" server among them) answer 400 instead of 404 to a session they no
+      // longer know. Only when the session refuses a ping too was the call refused unseen; otherwise 400 is its answer.
+      if (error instanceof StreamableHTTPError && error.code === 400 && (await this.sessionGone(client))) {
+        failure = "not-sent";
+      }
+      if (failure === "other" || this.closed) throw this.callError(name, error);
       this.drop(client);
       if (reconnected) throw this.lostError(name, error, "right after it was started again");
       if (failure === "lost" && options.repeatable !== true) {
@@ -185,7 +190,12 @@ export class McpUpstream {
         );
       }
       const fresh = await this.reconnect(signal);
-      return await this.request(fresh, name, args, signal);
+      return await this.request(fresh, name, args, signal).catch((again: unknown) => {
+        if (signal?.aborted) throw signal.reason ?? again;
+        if (classify(again) === "other") throw this.callError(name, again);
+        this.drop(fresh);
+        throw this.lostError(name, again, "again when the call was sent a second time");
+      });
     }
   }
 
@@ -204,6 +214,27 @@ export class McpUpstream {
       timeout: this.callTimeoutMs,
       ...(signal === undefined ? {} : { signal }),
     }) as Promise<CallToolResult>;
+  }
+
+  /** True when the server refuses a ping as coming from a session it does not know (HTTP 400 or 404). */
+  private sessionGone(client: Client): Promise<boolean> {
+    return client.ping({ timeout: HTTP_PROBE_TIMEOUT_MS }).then(
+      () => false,
+      (error: unknown) => error instanceof StreamableHTTPError && (error.code === 400 || error.code === 404),
+    );
+  }
+
+  /** A failed call as the script sees it: an HTTP error status is the server's answer, so it is named. */
+  private callError(tool: string, error: unknown): unknown {
+    if (!(error instanceof StreamableHTTPError)) return error;
+    const detail = error.message.replace(/^Streamable HTTP error: /, "");
+    const status = (error.code ?? -1) > 0 ? `HTTP ${error.code}` : "an error";
+    return new McpUpstreamError(
+      this.name,
+      `server "${this.name}" answered the call of ${tool} with ${status}: ${detail}`,
+      "",
+      { cause: error },
+    );
   }
 
   private lostError(tool: string, error: unknown, when: string): Error {
@@ -349,14 +380,22 @@ function classify(error: unknown): Failure {
     return "other";
   }
   if (error instanceof StreamableHTTPError) {
-    // 404 (400 from some servers): the server no longer knows the session, say it restarted; nothing was handled.
-    return error.code === 404 || error.code === 400 ? "not-sent" : "other";
+    // 404: the server no longer knows the session, say it restarted; nothing was handled. Any other status is the
+    // server's answer to the call.
+    return error.code === 404 ? "not-sent" : "other";
   }
   if (error instanceof Error && error.message === "Not connected") return "not-sent";
-  // fetch() failing to connect (ECONNREFUSED, ECONNRESET before a response) is a TypeError with a cause.
-  if (error instanceof TypeError && (error as { cause?: unknown }).cause !== undefined) return "not-sent";
+  // fetch() fails with a TypeError whose cause says why. Only a connection that was never made proves the request
+  // never left; a socket that closed or reset after it was written ("other side closed") may have delivered it.
+  if (error instanceof TypeError && error.cause !== undefined) {
+    const code = (error.cause as { code?: unknown }).code;
+    return typeof code === "string" && NOT_CONNECTED_CODES.has(code) ? "not-sent" : "lost";
+  }
   return "other";
 }
+
+/** Errors of fetch() that happen before a connection exists: refused, DNS, connect timeout. */
+const NOT_CONNECTED_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
 
 /**
  * Ends an HTTP session with a DELETE (a server may not support it), then closes the transport. A stdio server gets
