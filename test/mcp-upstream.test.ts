@@ -292,6 +292,24 @@ describe("an upstream that dies", () => {
   });
 });
 
+describe("a JSON-RPC error from the server", () => {
+  it("is the tool's error even with code -32000 (also the SDK's connection-closed code): no restart, no repeat", async () => {
+    const own = await McpToolset.connect({ mcpServers: { paged: paged("--tools", "1", "--busy") } });
+    const ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools });
+    try {
+      const upstream = own.upstream("paged");
+      const pid = upstream?.pid;
+      const result = await ownSandbox.execute("return await tools.paged__busy({});");
+      expect(!result.ok && result.error.message).toBe("MCP error -32000: rate limited, try later");
+      expect(upstream?.pid).toBe(pid);
+      expect(upstream?.reconnects).toBe(0);
+    } finally {
+      await ownSandbox.close();
+      await own.close();
+    }
+  });
+});
+
 describe("Streamable HTTP upstream", () => {
   let child: ChildProcess | undefined;
   const startHttpServer = async (port: number) => {

@@ -60,6 +60,9 @@ export interface McpCallOptions {
 
 type Failure = "not-sent" | "lost" | "other";
 
+/** Clients whose transport closed. A server may send code -32000 (ConnectionClosed) itself: the generic server error. */
+const closedClients = new WeakSet<Client>();
+
 /** A connection to one upstream server, reconnected on demand. */
 export class McpUpstream {
   readonly spec: McpServerSpec;
@@ -173,7 +176,7 @@ export class McpUpstream {
       return await this.request(client, name, args, signal);
     } catch (error) {
       if (signal?.aborted) throw signal.reason ?? error;
-      let failure = classify(error);
+      let failure = classify(error, client);
       // Some servers (the reference "everything" server among them) answer 400 instead of 404 to a session they no
       // longer know. Only when the session refuses a ping too was the call refused unseen; otherwise 400 is its answer.
       if (error instanceof StreamableHTTPError && error.code === 400 && (await this.sessionGone(client))) {
@@ -192,7 +195,7 @@ export class McpUpstream {
       const fresh = await this.reconnect(signal);
       return await this.request(fresh, name, args, signal).catch((again: unknown) => {
         if (signal?.aborted) throw signal.reason ?? again;
-        if (classify(again) === "other") throw this.callError(name, again);
+        if (classify(again, fresh) === "other") throw this.callError(name, again);
         this.drop(fresh);
         throw this.lostError(name, again, "again when the call was sent a second time");
       });
@@ -327,6 +330,7 @@ export class McpUpstream {
       };
     }
     client.onclose = () => {
+      closedClients.add(client);
       if (this.client === client) this.client = undefined;
     };
     try {
@@ -335,12 +339,12 @@ export class McpUpstream {
       await client.close().catch(() => {});
       // The last stderr chunks of a process that exited may still be on their way through the pipe.
       await new Promise((resolve) => setTimeout(resolve, 50));
-      throw this.startError(error);
+      throw this.startError(error, client);
     }
     return client;
   }
 
-  private startError(error: unknown): McpUpstreamError {
+  private startError(error: unknown, client: Client): McpUpstreamError {
     const spec = this.spec;
     const code = (error as NodeJS.ErrnoException)?.code;
     let reason: string;
@@ -349,7 +353,7 @@ export class McpUpstream {
       if (code === "ENOENT") reason = `command "${spec.command}" was not found (is it installed and on the PATH?)`;
       else if (code === "EACCES") reason = `command "${spec.command}" is not executable`;
       else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${this.connectTimeoutMs} ms`;
-      else if (isConnectionClosed(error)) reason = "the process exited before finishing the MCP handshake";
+      else if (isConnectionClosed(error, client)) reason = "the process exited before finishing the MCP handshake";
       else reason = message(error);
       return new McpUpstreamError(
         this.name,
@@ -373,12 +377,10 @@ export class McpUpstream {
 }
 
 /** What a failed request says about the connection. */
-function classify(error: unknown): Failure {
-  if (error instanceof McpError) {
-    // Rejected because the transport closed while the request was pending: it may have been handled.
-    if (error.code === ErrorCode.ConnectionClosed) return "lost";
-    return "other";
-  }
+function classify(error: unknown, client: Client): Failure {
+  // Rejected because the transport closed while the request was pending: it may have been handled. Any other
+  // McpError, -32000 included, is the server's answer.
+  if (error instanceof McpError) return isConnectionClosed(error, client) ? "lost" : "other";
   if (error instanceof StreamableHTTPError) {
     // 404: the server no longer knows the session, say it restarted; nothing was handled. Any other status is the
     // server's answer to the call.
@@ -432,8 +434,9 @@ function isTimeout(error: unknown): boolean {
   return error instanceof McpError && error.code === ErrorCode.RequestTimeout;
 }
 
-function isConnectionClosed(error: unknown): boolean {
-  return error instanceof McpError && error.code === ErrorCode.ConnectionClosed;
+/** The SDK's own "Connection closed": it rejects pending requests with it after the client's onclose ran. */
+function isConnectionClosed(error: unknown, client: Client): boolean {
+  return error instanceof McpError && error.code === ErrorCode.ConnectionClosed && closedClients.has(client);
 }
 
 function message(error: unknown): string {
