@@ -13,6 +13,8 @@ import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelco
 import {
   connectMcpServers,
   countTokens,
+  MAX_SEARCH_QUERY_CHARS,
+  MAX_TOOL_NAME_CHARS,
   McpGateway,
   parseMcpConfig,
   serveGatewayHttp,
@@ -488,6 +490,37 @@ describe("the gateway as a library", () => {
         arguments: { code: "return await tools.paged__grown_1();" },
       });
       expect(JSON.parse(textOf(run))).toEqual({ grown: 1 });
+    } finally {
+      await client.close();
+      await gateway.close();
+    }
+  });
+
+  it("refuses a search query or tool name past its cap, naming the limit, instead of matching it against every tool", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } }, { poolSize: 1 });
+    const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+    await gateway.createServer().connect(serverSide);
+    const client = new Client({ name: "in-memory", version: "1.0.0" });
+    await client.connect(clientSide);
+    try {
+      const query = "word ".repeat(MAX_SEARCH_QUERY_CHARS / 5 + 1);
+      const search = await client.callTool({ name: "search", arguments: { query } });
+      expect(search.isError).toBe(true);
+      expect(textOf(search)).toMatch(/a query has at most 1000 characters/);
+      const name = "q".repeat(MAX_TOOL_NAME_CHARS + 1);
+      const describe = await client.callTool({ name: "describe", arguments: { names: ["paged__stats", name] } });
+      expect(describe.isError).toBe(true);
+      expect(textOf(describe)).toMatch(/a tool name has at most 500 characters/);
+      // Up to the cap, an unknown name is answered as before.
+      const longest = await client.callTool({
+        name: "describe",
+        arguments: { names: ["q".repeat(MAX_TOOL_NAME_CHARS)] },
+      });
+      expect(textOf(longest)).toMatch(/^Unknown tool "q+"\. /);
+      // The library methods refuse the same.
+      expect(() => gateway.search(query)).toThrow(/The query is 1005 characters long; a query has at most 1000/);
+      expect(() => gateway.describe([name])).toThrow(/A name of 501 characters was given; a tool name has at most 500/);
+      expect(() => gateway.describe(Array(51).fill("paged__stats"))).toThrow(/describe takes at most 50 at once/);
     } finally {
       await client.close();
       await gateway.close();

@@ -18,17 +18,28 @@ function editDistance(a: string, b: string): number {
   return previous[b.length] as number;
 }
 
+/**
+ * Names longer than this get no suggestions by spelling: edit distance costs the product of the two lengths, for every
+ * tool, and a name this long is no misspelling.
+ */
+const MAX_SUGGESTED_NAME_CHARS = 128;
+
 /** Up to three tool names close to `name`: by spelling first, then by search. */
 export function suggestToolNames(catalog: readonly ToolLike[], name: string): string[] {
   const wanted = name.toLowerCase();
-  const close = catalog
+  const limit = Math.max(2, Math.floor(wanted.length / 3));
+  // The distance is at least the difference in length: a candidate that differs by more is not computed.
+  const distanceTo = (candidate: string) =>
+    Math.abs(candidate.length - wanted.length) > limit ? Number.POSITIVE_INFINITY : editDistance(wanted, candidate);
+  const spelled = wanted.length > MAX_SUGGESTED_NAME_CHARS ? [] : catalog;
+  const close = spelled
     .map((tool) => {
       const candidates = [tool.name, toCodemodeIdentifier(tool.name)].map((c) => c.toLowerCase());
-      const distance = Math.min(...candidates.map((c) => editDistance(wanted, c)));
+      const distance = Math.min(...candidates.map(distanceTo));
       const contains = wanted.length >= 3 && candidates.some((c) => c.includes(wanted) || wanted.includes(c));
       return { name: tool.name, distance: contains ? Math.min(distance, 1.5) : distance };
     })
-    .filter((entry) => entry.distance <= Math.max(2, Math.floor(wanted.length / 3)))
+    .filter((entry) => entry.distance <= limit)
     .sort((a, b) => a.distance - b.distance)
     .map((entry) => entry.name);
   const searched = searchTools(catalog, name, { limit: 3 }).map((result) => result.name);

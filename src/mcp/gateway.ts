@@ -29,6 +29,12 @@ export const DEFAULT_SEARCH_LIMIT = 10;
 export const MAX_SEARCH_LIMIT = 50;
 /** Most tools one `describe` call declares. */
 export const MAX_DESCRIBE_NAMES = 50;
+/**
+ * Longest `search` query and `describe` name, in characters. Both are matched against every tool: without a cap, one
+ * call could hold the event loop, and every other session, for seconds.
+ */
+export const MAX_SEARCH_QUERY_CHARS = 1000;
+export const MAX_TOOL_NAME_CHARS = 500;
 
 export interface McpGatewayOptions {
   /** Deadline of one execution in ms; a script's `timeout_ms` can only lower it. Default `DEFAULT_GATEWAY_TIMEOUT_MS`. */
@@ -136,6 +142,7 @@ export class McpGateway {
 
   /** `search`: ranked matches with their one-line summaries and signatures, as text. */
   search(query: string, limit = DEFAULT_SEARCH_LIMIT): string {
+    if (query.length > MAX_SEARCH_QUERY_CHARS) throw new RangeError(queryTooLong(query));
     const tools = this.tools;
     const results = searchTools(tools, query, { limit: Math.min(Math.max(1, Math.floor(limit)), MAX_SEARCH_LIMIT) });
     if (results.length === 0) {
@@ -154,6 +161,9 @@ export class McpGateway {
 
   /** `describe`: the full TypeScript declarations of the named tools. Throws when none of the names is known. */
   describe(names: readonly string[]): string {
+    if (names.length > MAX_DESCRIBE_NAMES) throw new RangeError(tooManyNames(names));
+    const long = names.find((name) => name.length > MAX_TOOL_NAME_CHARS);
+    if (long !== undefined) throw new RangeError(nameTooLong(long));
     const tools = this.tools;
     const found: McpTool[] = [];
     const problems: string[] = [];
@@ -244,7 +254,10 @@ export class McpGateway {
         description:
           "Find tools of the connected MCP servers by words, ranked best first. Returns each match as scripts call it (tools.<name>), its signature and a one-line summary. Use describe for a tool's full declaration and execute to call tools.",
         inputSchema: {
-          query: z.string().describe('Words for what you need, for example "create issue" or "read file"'),
+          query: z
+            .string()
+            .max(MAX_SEARCH_QUERY_CHARS, `a query has at most ${MAX_SEARCH_QUERY_CHARS} characters`)
+            .describe('Words for what you need, for example "create issue" or "read file"'),
           limit: z
             .number()
             .int()
@@ -255,7 +268,13 @@ export class McpGateway {
         },
         annotations: { readOnlyHint: true, openWorldHint: false },
       },
-      async ({ query, limit }) => text(this.search(query, limit)),
+      async ({ query, limit }) => {
+        try {
+          return text(this.search(query, limit));
+        } catch (error) {
+          return { ...text((error as Error).message), isError: true };
+        }
+      },
     );
     server.registerTool(
       "describe",
@@ -265,9 +284,9 @@ export class McpGateway {
           "The full TypeScript declarations (parameters, result type, documentation) of tools, by their names as scripts call them (tools.<name>).",
         inputSchema: {
           names: z
-            .array(z.string())
+            .array(z.string().max(MAX_TOOL_NAME_CHARS, `a tool name has at most ${MAX_TOOL_NAME_CHARS} characters`))
             .min(1)
-            .max(MAX_DESCRIBE_NAMES)
+            .max(MAX_DESCRIBE_NAMES, `at most ${MAX_DESCRIBE_NAMES} names at once`)
             .describe('Tool names, for example ["github__create_issue"]'),
         },
         annotations: { readOnlyHint: true, openWorldHint: false },
@@ -362,6 +381,18 @@ function findTool(tools: readonly McpTool[], name: string): McpTool | undefined 
   if (exact !== undefined) return exact;
   const loose = tools.filter((tool) => tool.name.toLowerCase() === wanted.toLowerCase());
   return loose.length === 1 ? loose[0] : undefined;
+}
+
+function queryTooLong(query: string): string {
+  return `The query is ${query.length} characters long; a query has at most ${MAX_SEARCH_QUERY_CHARS}. Use a few words.`;
+}
+
+function tooManyNames(names: readonly string[]): string {
+  return `${names.length} names were given; describe takes at most ${MAX_DESCRIBE_NAMES} at once.`;
+}
+
+function nameTooLong(name: string): string {
+  return `A name of ${name.length} characters was given; a tool name has at most ${MAX_TOOL_NAME_CHARS}.`;
 }
 
 function text(value: string): McpToolResult {

@@ -27,6 +27,8 @@ export {
   type GatewayExecuteOptions,
   MAX_DESCRIBE_NAMES,
   MAX_SEARCH_LIMIT,
+  MAX_SEARCH_QUERY_CHARS,
+  MAX_TOOL_NAME_CHARS,
   McpGateway,
   type McpGatewayOptions,
   startMcpGateway,
