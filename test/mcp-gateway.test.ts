@@ -5,6 +5,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { PassThrough } from "node:stream";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -14,6 +15,7 @@ import {
   connectMcpServers,
   countTokens,
   MAX_SEARCH_QUERY_CHARS,
+  MAX_STDIO_LINE_BYTES,
   MAX_TOOL_NAME_CHARS,
   McpGateway,
   parseMcpConfig,
@@ -76,6 +78,42 @@ function textOf(result: unknown): string {
     .filter((block) => block.type === "text")
     .map((block) => (block as { text: string }).text)
     .join("\n");
+}
+
+const INITIALIZE = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 1,
+  method: "initialize",
+  params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "1" } },
+});
+
+interface RawResponse {
+  id?: unknown;
+  result?: { content?: unknown };
+  error?: { code: number; message: string };
+}
+
+/** Streams for serveGatewayStdio that a test writes raw lines to and reads the answers of, by id. */
+function rawStdio() {
+  const stdin = new PassThrough();
+  const stdout = new PassThrough();
+  const responses: RawResponse[] = [];
+  let buffered = "";
+  stdout.on("data", (chunk) => {
+    const lines = (buffered + chunk).split("\n");
+    buffered = lines.pop() ?? "";
+    for (const line of lines) responses.push(JSON.parse(line));
+  });
+  return {
+    stdin,
+    stdout,
+    responses,
+    send: (line: string) => stdin.write(`${line}\n`),
+    async response(id: unknown): Promise<RawResponse> {
+      await waitFor(() => responses.some((r) => r.id === id), 20_000, `the answer to request ${String(id)}`);
+      return responses.find((r) => r.id === id) as RawResponse;
+    },
+  };
 }
 
 /** The checks both transports run: list tools, search, describe, execute. */
@@ -523,6 +561,43 @@ describe("the gateway as a library", () => {
       expect(() => gateway.describe(Array(51).fill("paged__stats"))).toThrow(/describe takes at most 50 at once/);
     } finally {
       await client.close();
+      await gateway.close();
+    }
+  });
+
+  it("over stdio, answers a message past the size limit with an error and goes on serving", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } }, { poolSize: 1 });
+    const stdio = rawStdio();
+    const serving = await serveGatewayStdio(gateway, { stdin: stdio.stdin, stdout: stdio.stdout });
+    let closed = false;
+    void serving.closed.then(() => {
+      closed = true;
+    });
+    try {
+      stdio.send(INITIALIZE);
+      await stdio.response(1);
+      const execute = (id: number, code: string) =>
+        stdio.send(
+          JSON.stringify({
+            jsonrpc: "2.0",
+            id,
+            method: "tools/call",
+            params: { name: "execute", arguments: { code } },
+          }),
+        );
+      // Past the SDK transport's own 10 MiB buffer, which closed the session without a word.
+      execute(2, `return ${JSON.stringify("x".repeat(11 * 1024 * 1024))}.length`);
+      expect((await stdio.response(2)).result?.content).toEqual([{ type: "text", text: "11534336" }]);
+      execute(3, `return ${JSON.stringify("x".repeat(MAX_STDIO_LINE_BYTES))}.length`);
+      expect((await stdio.response(3)).error).toEqual({
+        code: -32600,
+        message: `The message is larger than ${MAX_STDIO_LINE_BYTES} bytes, the most airlock serve takes over stdio`,
+      });
+      execute(4, "return 1 + 1");
+      expect((await stdio.response(4)).result?.content).toEqual([{ type: "text", text: "2" }]);
+      expect(closed).toBe(false);
+    } finally {
+      await serving.close();
       await gateway.close();
     }
   });

@@ -52,6 +52,7 @@ export {
   serveGatewayHttp,
   serveGatewayStdio,
 } from "./serve.ts";
+export { MAX_STDIO_LINE_BYTES } from "./stdio.ts";
 export { countTokens, cutToTokens, OUTPUT_TOKEN_ENCODING, OUTPUT_TOKEN_FALLBACK, tokenUnit } from "./tokens.ts";
 export { type ConnectMcpServersOptions, connectMcpServers, type McpTool, McpToolset } from "./toolset.ts";
 export {

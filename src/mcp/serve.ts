@@ -3,17 +3,17 @@ import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Readable, Writable } from "node:stream";
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { DEFAULT_HTTP_HOST, DEFAULT_SESSION_IDLE_MS } from "./defaults.ts";
 import type { McpGateway } from "./gateway.ts";
+import { GatewayStdioTransport, MAX_STDIO_LINE_BYTES } from "./stdio.ts";
 
 /** Path of the MCP endpoint. */
 export const DEFAULT_HTTP_PATH = "/mcp";
-/** Largest request body accepted, in bytes (a script travels in one). */
-export const MAX_HTTP_BODY_BYTES = 32 * 1024 * 1024;
+/** Largest request body accepted, in bytes (a script travels in one); the same as a message over stdio. */
+export const MAX_HTTP_BODY_BYTES = MAX_STDIO_LINE_BYTES;
 
 export interface ServeStdioOptions {
   /** Default `process.stdin`. */
@@ -34,7 +34,7 @@ export async function serveGatewayStdio(gateway: McpGateway, options: ServeStdio
   const stdin = options.stdin ?? process.stdin;
   const stdout = options.stdout ?? process.stdout;
   const server = gateway.createServer();
-  const transport = new StdioServerTransport(stdin, stdout);
+  const transport = new GatewayStdioTransport(stdin, stdout);
   await server.connect(transport);
   let finish: () => void = () => {};
   const closed = new Promise<void>((resolve) => {
