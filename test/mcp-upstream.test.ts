@@ -572,6 +572,14 @@ describe("clear errors", () => {
       /server "ghost" did not start: command "airlock-no-such-command-here" was not found/,
     );
 
+    // spawn() says ENOENT for a missing working directory as for a missing command.
+    const nowhere = await McpToolset.connect({
+      mcpServers: { nowhere: { command: process.execPath, cwd: join(folder.dir, "missing") } },
+    }).catch((e: unknown) => e);
+    expect((nowhere as Error).message).toMatch(
+      /^server "nowhere" did not start: its working directory "cwd" \(\S+missing\) is not a directory that exists/,
+    );
+
     const port = await freePort();
     const unreachable = await McpToolset.connect({
       mcpServers: { web: { url: `http://127.0.0.1:${port}/mcp` } },
@@ -586,10 +594,17 @@ describe("clear errors", () => {
       (e: unknown) => e,
     );
     expect(error).toBeInstanceOf(McpToolCollisionError);
+    // Renaming the server would not help: the message says so by not suggesting it.
     expect((error as Error).message).toBe(
-      'Tool name collision: tool "get_value" of server "data" and tool "get-value" of server "data" would both be ' +
-        "tools.data__get_value. Rename one of the servers in the config, or leave one of the tools out with the " +
-        'server\'s "tools" allow-list.',
+      'Tool name collision: tools "get_value" and "get-value" of server "data" would both be tools.data__get_value. ' +
+        'Leave one of them out with the server\'s "tools" allow-list.',
+    );
+    const twice = await McpToolset.connect({ mcpServers: { data: paged("--tools", "1", "--twice") } }).catch(
+      (e: unknown) => e,
+    );
+    expect((twice as Error).message).toBe(
+      'Tool name collision: server "data" lists the tool "item-0" twice (tools.data__item_0). Fix the server, or ' +
+        'leave the tool out with the server\'s "tools" allow-list.',
     );
     // The allow-list resolves it.
     const fixed = await McpToolset.connect({

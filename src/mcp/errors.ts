@@ -37,11 +37,24 @@ export class McpToolCollisionError extends Error {
   readonly tools: readonly { server: string; tool: string }[];
 
   constructor(toolName: string, first: { server: string; tool: string }, second: { server: string; tool: string }) {
-    super(
-      `Tool name collision: tool ${JSON.stringify(first.tool)} of server ${JSON.stringify(first.server)} and tool ` +
-        `${JSON.stringify(second.tool)} of server ${JSON.stringify(second.server)} would both be tools.${toolName}. ` +
-        `Rename one of the servers in the config, or leave one of the tools out with the server's "tools" allow-list.`,
-    );
+    const [server, tool] = [JSON.stringify(first.server), JSON.stringify(first.tool)];
+    // Renaming a server cannot part two tools of that same server.
+    let message: string;
+    if (first.server !== second.server) {
+      message =
+        `tool ${tool} of server ${server} and tool ${JSON.stringify(second.tool)} of server ` +
+        `${JSON.stringify(second.server)} would both be tools.${toolName}. Rename one of the servers in the config, ` +
+        `or leave one of the tools out with the server's "tools" allow-list.`;
+    } else if (first.tool === second.tool) {
+      message =
+        `server ${server} lists the tool ${tool} twice (tools.${toolName}). Fix the server, or leave the tool out ` +
+        `with the server's "tools" allow-list.`;
+    } else {
+      message =
+        `tools ${tool} and ${JSON.stringify(second.tool)} of server ${server} would both be tools.${toolName}. ` +
+        `Leave one of them out with the server's "tools" allow-list.`;
+    }
+    super(`Tool name collision: ${message}`);
     this.toolName = toolName;
     this.tools = [first, second];
   }

@@ -2,6 +2,7 @@
  * One upstream MCP server: starting it (stdio) or reaching it (Streamable HTTP) with the official SDK's `Client`,
  * listing its tools page by page, calling them with cancellation, and reconnecting once when it died.
  */
+import { statSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -350,7 +351,11 @@ export class McpUpstream {
     let reason: string;
     if (spec.transport === "stdio") {
       const command = [spec.command, ...spec.args].map((part) => (/\s/.test(part) ? JSON.stringify(part) : part));
-      if (code === "ENOENT") reason = `command "${spec.command}" was not found (is it installed and on the PATH?)`;
+      // spawn() reports a missing working directory as ENOENT too, as if the command were missing.
+      if ((code === "ENOENT" || code === "ENOTDIR") && spec.cwd !== undefined && !isDirectory(spec.cwd)) {
+        reason = `its working directory "cwd" (${spec.cwd}) is not a directory that exists`;
+      } else if (code === "ENOENT")
+        reason = `command "${spec.command}" was not found (is it installed and on the PATH?)`;
       else if (code === "EACCES") reason = `command "${spec.command}" is not executable`;
       else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${this.connectTimeoutMs} ms`;
       else if (isConnectionClosed(error, client)) reason = "the process exited before finishing the MCP handshake";
@@ -427,6 +432,14 @@ async function closeClient(client: Client): Promise<void> {
     await client.close();
   } finally {
     clearTimeout(timer);
+  }
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
   }
 }
 
