@@ -602,6 +602,35 @@ describe("the gateway as a library", () => {
     }
   });
 
+  it("over stdio, answers a request that is not JSON-RPC 2.0 with an error, as over HTTP", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } }, { poolSize: 1 });
+    const stdio = rawStdio();
+    const serving = await serveGatewayStdio(gateway, { stdin: stdio.stdin, stdout: stdio.stdout });
+    try {
+      stdio.send(INITIALIZE);
+      await stdio.response(1);
+      stdio.send(JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/call", params: 7 }));
+      stdio.send(JSON.stringify({ jsonrpc: "1.0", id: "three", method: "tools/list" }));
+      stdio.send("this is not json");
+      stdio.send(JSON.stringify({ jsonrpc: "2.0", id: 4, method: "tools/list" }));
+      expect((await stdio.response(2)).error).toEqual({
+        code: -32600,
+        message: 'Invalid Request: "params" must be an object',
+      });
+      expect((await stdio.response("three")).error).toEqual({
+        code: -32600,
+        message: 'Invalid Request: "jsonrpc" must be "2.0"',
+      });
+      await stdio.response(4);
+      const parseError = stdio.responses.find((r) => r.id === undefined);
+      expect(parseError?.error?.code).toBe(-32700);
+      expect(parseError?.error?.message).toMatch(/^Parse error: /);
+    } finally {
+      await serving.close();
+      await gateway.close();
+    }
+  });
+
   it("refuses misspelt options, naming them: a misspelt bearerToken never serves without a token", async () => {
     const config = { mcpServers: { paged: paged("--tools", "1") } };
     // Refused before any server is started.

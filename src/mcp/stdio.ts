@@ -1,7 +1,8 @@
 /**
  * The gateway's stdio transport: newline-delimited JSON-RPC on stdin and stdout, like the SDK's
  * `StdioServerTransport`, except that a line past `MAX_STDIO_LINE_BYTES` is answered with a JSON-RPC error and
- * skipped. The SDK's transport closes itself on a line past its 10 MiB buffer, which ended the session silently.
+ * skipped, and so is a request that is not JSON-RPC 2.0. The SDK's transport closes itself on a line past its 10 MiB
+ * buffer, which ended the session silently, and leaves an invalid request unanswered.
  */
 import type { Readable, Writable } from "node:stream";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
@@ -77,23 +78,54 @@ export class GatewayStdioTransport implements Transport {
     const head = Buffer.concat(this.chunks, Math.min(this.size, HEAD_BYTES)).toString("utf8");
     this.chunks = [];
     this.skipping = true;
-    const message = `The message is larger than ${this.maxLineBytes} bytes, the most airlock serve takes over stdio`;
-    this.onerror?.(new Error(message));
-    void this.send(errorResponse(leadingId(head), -32600, message));
+    this.refuse(
+      leadingId(head),
+      -32600,
+      `The message is larger than ${this.maxLineBytes} bytes, the most airlock serve takes over stdio`,
+    );
   }
 
   private onLine(line: string): void {
     const text = line.endsWith("\r") ? line.slice(0, -1) : line;
     if (text.trim() === "") return;
-    let message: JSONRPCMessage;
+    let value: unknown;
     try {
-      message = JSONRPCMessageSchema.parse(JSON.parse(text));
+      value = JSON.parse(text);
     } catch (error) {
-      this.onerror?.(error as Error);
+      this.refuse(undefined, -32700, `Parse error: ${(error as Error).message}`);
       return;
     }
-    this.onmessage?.(message);
+    const parsed = JSONRPCMessageSchema.safeParse(value);
+    if (parsed.success) {
+      this.onmessage?.(parsed.data);
+      return;
+    }
+    // A request gets an answer, as over HTTP. Answering a malformed response could settle a request of the client's
+    // own with the same id, so that is only reported.
+    const request = typeof value === "object" && value !== null && "method" in value ? value : undefined;
+    if (request === undefined) this.onerror?.(new Error("Invalid JSON-RPC message (not a request)"));
+    else this.refuse(requestId(request), -32600, `Invalid Request: ${invalidReason(request)}`);
   }
+
+  private refuse(id: RequestId | undefined, code: number, message: string): void {
+    this.onerror?.(new Error(message));
+    void this.send(errorResponse(id, code, message));
+  }
+}
+
+function requestId(request: object): RequestId | undefined {
+  const id = (request as { id?: unknown }).id;
+  return typeof id === "string" || Number.isSafeInteger(id) ? (id as RequestId) : undefined;
+}
+
+function invalidReason(request: object): string {
+  const { jsonrpc, method, params } = request as { jsonrpc?: unknown; method?: unknown; params?: unknown };
+  if (jsonrpc !== "2.0") return '"jsonrpc" must be "2.0"';
+  if (typeof method !== "string") return '"method" must be a string';
+  if (params !== undefined && (typeof params !== "object" || params === null || Array.isArray(params))) {
+    return '"params" must be an object';
+  }
+  return "not a JSON-RPC 2.0 request as MCP defines it";
 }
 
 /**
