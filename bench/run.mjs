@@ -103,8 +103,13 @@ async function throughput(sandbox, code, concurrent, total) {
 const rows = [];
 /** A row of the table; `floor` is a figure of neither product (printed across both columns). */
 function row(name, unit, airlock, pi, better = "lower", floor = undefined) {
+  // A ratio of a figure at or below zero (a stop that came before the deadline) says nothing.
   const ratio =
-    pi === undefined || airlock === undefined ? undefined : better === "lower" ? pi / airlock : airlock / pi;
+    pi === undefined || airlock === undefined || pi <= 0 || airlock <= 0
+      ? undefined
+      : better === "lower"
+        ? pi / airlock
+        : airlock / pi;
   rows.push(floor === undefined ? { name, unit, airlock, pi, ratio } : { name, unit, floor });
   const fmt = (v) => (v === undefined ? "n/a" : v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
   const figures =
