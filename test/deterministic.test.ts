@@ -125,6 +125,10 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(() => run.deliver(1, Number.NaN, callId, { ok: true, value: 1 })).toThrow(/finite/);
     expect(() => run.deliver(1, 0, 99, { ok: true, value: 1 })).toThrow(/not waiting/);
+    // Result 2 for the only open call would leave no call to carry result 1: the run could never go on.
+    expect(() => run.deliver(2, 0, callId, { ok: true, value: 1 })).toThrow(
+      "deliver(): result number 2 would leave 1 lower number(s) with no open call to carry them; deliver result 1 first",
+    );
     run.deliver(1, 0, callId, { ok: true, value: 1 });
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(() => run.deliver(1, 0, callId + 1, { ok: true, value: 1 })).toThrow(/already delivered/);

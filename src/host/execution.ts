@@ -63,6 +63,7 @@ export class Execution {
   private readonly calls: CodemodeCall[] = [];
   private readonly open = new Map<number, OpenCall>();
   private readonly usedSeqs = new Set<number>();
+  private highestSeq = 0;
   private run!: LaunchedRun;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private readonly onAbort = () => this.stop("aborted", "The execution was aborted");
@@ -148,10 +149,26 @@ export class Execution {
     }
     const call = this.open.get(id);
     if (!call) throw new Error(`deliver(): call ${id} is not waiting for an answer`);
+    // The VM applies results in number order, and no call starts while it waits for the next one: every number below
+    // the highest delivered that is still missing needs a call that is still open to carry it, or the run waits forever.
+    const highest = Math.max(seq, this.highestSeq);
+    const missing = highest - this.usedSeqs.size - 1;
+    if (missing > this.open.size - 1) {
+      throw new RangeError(
+        `deliver(): result number ${seq} would leave ${missing} lower number(s) with no open call to carry them; deliver result ${this.lowestMissing()} first`,
+      );
+    }
     const encoded = encodeOutcome(outcome);
     this.usedSeqs.add(seq);
+    this.highestSeq = highest;
     this.closeCall(id, outcome.ok ? "ok" : "error");
     this.run.settle(id, encoded, seq, now);
+  }
+
+  private lowestMissing(): number {
+    let seq = 1;
+    while (this.usedSeqs.has(seq)) seq++;
+    return seq;
   }
 
   private onEvent(event: VmEvent): void {
