@@ -431,6 +431,20 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(result.ok && Object.keys(result.storeWrites.set).sort()).toEqual(["again", "k1", "k2", "k3"]);
     });
 
+    it("lets a script shrink a store the host handed in past the total limit, but not grow it", async () => {
+      const part = "y".repeat(MAX_STORE_VALUE_CHARS - 10);
+      const store = { k0: part, k1: part, k2: part, k3: part, k4: part, k5: part };
+      const result = await run(
+        `const out = [];
+        for (const [key, value] of [["k0", "small"], ["k1", "y".repeat(${MAX_STORE_VALUE_CHARS - 10})], ["new", 1]]) {
+          try { store(key, value); out.push("ok"); } catch (e) { out.push(e.name); }
+        }
+        return out;`,
+        { store },
+      );
+      expect(result.ok && result.value).toEqual(["ok", "ok", "RangeError"]);
+    });
+
     it("refuses a store past MAX_VALUE_CHARS in all, naming the limit, and runs the next execution", async () => {
       const half = "x".repeat(MAX_VALUE_CHARS / 2);
       await expect(run("return 1", { store: { a: half, b: half } })).rejects.toThrow(

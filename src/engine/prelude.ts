@@ -283,7 +283,8 @@ export const PRELUDE_SOURCE = `(function () {
       throw new RangeErrorCtor("store(" + stringify(key) + ") value has " + json.length + " characters of JSON, more than the limit of " + MAX_STORE_VALUE_CHARS + ". store() is for small state such as IDs or summaries; keep large data in variables.");
     }
     const total = storeTotal - previousSize + json.length;
-    if (total > MAX_STORE_TOTAL_CHARS) {
+    // A host may hand in a store already past the limit: a write that does not grow it is still allowed.
+    if (total > MAX_STORE_TOTAL_CHARS && total > storeTotal) {
       throw new RangeErrorCtor("store(" + stringify(key) + ") would bring the store to " + total + " characters of JSON, more than the limit of " + MAX_STORE_TOTAL_CHARS + ". Delete keys with store(key, undefined) first.");
     }
     apply(mapSet, storeValues, [key, json]);
