@@ -506,6 +506,23 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       }
     });
 
+    it("counts columns on the first line from the script's first character, and says when the script ends early", async () => {
+      for (let i = 0; i < 4; i++) {
+        const thrown = await run("throw new Error('boom');");
+        expect(!thrown.ok && thrown.error.stack).toContain("codemode.js:1:11");
+        const unclosed = await run("const a = 1;\nreturn f(a, [1, 2;");
+        expect(!unclosed.ok && unclosed.error).toMatchObject({ kind: "script", name: "SyntaxError" });
+        const open = await run("const a = 1;\nreturn (a");
+        expect(!open.ok && open.error).toMatchObject({
+          kind: "script",
+          name: "SyntaxError",
+          message: "the script ends before a bracket, brace, parenthesis, string or comment is closed",
+          stack:
+            "SyntaxError: the script ends before a bracket, brace, parenthesis, string or comment is closed\n    at codemode.js:2:10",
+        });
+      }
+    });
+
     it("reports thrown non-errors by their text", async () => {
       const result = await run("throw 'plain string';");
       expect(!result.ok && result.error).toEqual({ kind: "script", message: "plain string" });

@@ -361,16 +361,13 @@ export class VmRunner {
       vm.callEntry("prepare", seed[0], seed[1], seed[2], seed[3], store);
       let fn: JSValueHandle;
       try {
-        // The wrapper shares line 1 with the script, so line numbers in stacks are exact.
-        fn = this.scripts.evaluate(
-          qjs,
-          request.program
-            ? `(async function (input, tools) { return await (${request.code}\n)(input, tools); })`
-            : `(async function () {${request.code}\n})`,
-        );
+        // The wrapper shares line 1 with the script, so line numbers in stacks are exact (columns on line 1 are
+        // corrected in the result, see wrapperColumns).
+        fn = this.scripts.evaluate(qjs, `${wrapperHead(request)}${request.code}${wrapperTail(request)}`);
       } catch (error) {
         if (error instanceof JSException && !vm.isUncatchable(error)) {
-          run.result = { ok: false, payload: JSON.stringify(describeCompileError(error)), writes: undefined };
+          const described = describeCompileError(error, request);
+          run.result = { ok: false, payload: JSON.stringify(described), writes: undefined };
           error.dispose();
           return;
         }
@@ -586,7 +583,7 @@ export class VmRunner {
       const parsed = JSON.parse(result.payload ?? "{}") as { name?: unknown; message?: unknown; stack?: unknown };
       error = { kind: "script", message: typeof parsed.message === "string" ? parsed.message : "" };
       if (typeof parsed.name === "string") error.name = parsed.name;
-      if (typeof parsed.stack === "string") error.stack = parsed.stack;
+      if (typeof parsed.stack === "string") error.stack = wrapperColumns(parsed.stack, run.request);
     } catch {
       error = { kind: "sandbox", message: "the VM reported an unreadable error" };
     }
@@ -650,7 +647,34 @@ function stopMessage(reason: StopReason): string {
   return reason === "aborted" ? "The execution was aborted" : DEADLINE_MESSAGE;
 }
 
-function describeCompileError(error: JSException): { name: string; message: string; stack: string } {
+function wrapperHead(request: RunRequest): string {
+  return request.program ? "(async function (input, tools) { return await (" : "(async function () {";
+}
+
+function wrapperTail(request: RunRequest): string {
+  return request.program ? "\n)(input, tools); })" : "\n})";
+}
+
+/** `stack` with the columns of line 1 counted from the script's first character rather than the wrapper's. */
+function wrapperColumns(stack: string, request: RunRequest): string {
+  const head = wrapperHead(request).length;
+  return stack.replace(new RegExp(`${SCRIPT_FILENAME.replace(".", "\\.")}:1:(\\d+)`, "g"), (whole, column: string) =>
+    Number(column) > head ? `${SCRIPT_FILENAME}:1:${Number(column) - head}` : whole,
+  );
+}
+
+function describeCompileError(
+  error: JSException,
+  request: RunRequest,
+): { name: string; message: string; stack: string } {
+  const lines = request.code.split("\n");
+  const at = new RegExp(`${SCRIPT_FILENAME.replace(".", "\\.")}:(\\d+)`).exec(error.stack ?? "");
+  // Past the script's last line, the parser met the wrapper's closing: the script itself ended too early.
+  if (at && Number(at[1]) > lines.length) {
+    const message = "the script ends before a bracket, brace, parenthesis, string or comment is closed";
+    const end = `${SCRIPT_FILENAME}:${lines.length}:${(lines.at(-1) ?? "").length + 1}`;
+    return { name: error.name, message, stack: `${error.name}: ${message}\n    at ${end}` };
+  }
   return {
     name: error.name,
     message: error.message,
