@@ -4,6 +4,7 @@ import {
   MAX_REF_EXPANSIONS,
   MAX_SCHEMA_NODES,
   renderDeclarations,
+  renderToolIndex,
   renderToolOutputType,
   renderToolSignature,
   resolveSchemaRef,
@@ -16,6 +17,21 @@ import { z } from "zod";
 const lines = (...text: string[]) => text.join("\n");
 
 describe("renderDeclarations", () => {
+  test("refuses a catalog it cannot read with a TypeError naming the entry", () => {
+    const render = (catalog: unknown, options?: unknown) => () =>
+      renderDeclarations(catalog as Parameters<typeof renderDeclarations>[0], options as object);
+    expect(render(null)).toThrow("renderDeclarations needs { tools, globals }");
+    expect(render({ tools: 5 })).toThrow("tools must be an array of tools");
+    expect(render({ tools: [{ name: "a" }, null] })).toThrow("tools[1] is not an object");
+    expect(render({ tools: [{ name: Symbol("x") }] })).toThrow("tools[0] has no name (a non-empty string)");
+    expect(render({ tools: [{ name: "a", description: 5 }] })).toThrow(
+      'tools[0] ("a") has a description that is not a string',
+    );
+    expect(render({ globals: [{}] })).toThrow("globals[0] has no name");
+    expect(render({ tools: [] }, null)).toThrow("renderDeclarations options must be an object");
+    expect(() => renderToolIndex("tools" as never)).toThrow("tools must be an array of tools");
+  });
+
   test("renders a tool in the documented shape", () => {
     const read: ToolLike = {
       name: "read",

@@ -33,6 +33,7 @@ export interface ToolKey {
  * their first tool.
  */
 export function assignToolKeys(tools: readonly ToolLike[]): ToolKey[] {
+  checkCatalog(tools, "tools");
   const names = new Set<string>();
   const unique = tools.filter((tool) => !names.has(tool.name) && names.add(tool.name));
   const taken = new Set(unique.filter((tool) => isIdentifier(tool.name)).map((tool) => tool.name));
@@ -45,5 +46,22 @@ export function assignToolKeys(tools: readonly ToolLike[]): ToolKey[] {
     if (taken.has(identifier)) return { tool, identifier, key: JSON.stringify(tool.name) };
     taken.add(identifier);
     return { tool, identifier, key: identifier };
+  });
+}
+
+/**
+ * Throws a TypeError naming what is wrong when `list` is not a list of tools as the renderers read them (a name, and
+ * a description that is text): the declarations are built for hosts' catalogs, which may come from anywhere.
+ */
+export function checkCatalog(list: unknown, what: string): asserts list is readonly ToolLike[] {
+  if (!Array.isArray(list)) throw new TypeError(`${what} must be an array of tools`);
+  list.forEach((tool: unknown, index) => {
+    if (tool === null || typeof tool !== "object") throw new TypeError(`${what}[${index}] is not an object`);
+    const { name, description } = tool as { name?: unknown; description?: unknown };
+    if (typeof name !== "string" || name === "")
+      throw new TypeError(`${what}[${index}] has no name (a non-empty string)`);
+    if (description !== undefined && typeof description !== "string") {
+      throw new TypeError(`${what}[${index}] ("${name}") has a description that is not a string`);
+    }
   });
 }

@@ -1,6 +1,6 @@
 import { jsDoc, textLines } from "./comments.ts";
 import { DEFAULT_INPUT_SCHEMA_MAX_CHARS, DEFAULT_OUTPUT_SCHEMA_MAX_CHARS, INDEX_THRESHOLD_TOOLS } from "./limits.ts";
-import { assignToolKeys, isDeclarableName, type ToolKey } from "./names.ts";
+import { assignToolKeys, checkCatalog, isDeclarableName, type ToolKey } from "./names.ts";
 import { fitType, schemaToNode } from "./schema-to-type.ts";
 import { renderToolIndex } from "./tool-index.ts";
 import type { RenderDeclarationsOptions, ToolLike } from "./types.ts";
@@ -126,9 +126,15 @@ export function renderGlobals(globals: readonly ToolLike[], options: RenderDecla
  * functions and namespaces. Catalogs of more than `indexThreshold` tools are declared as a compact index.
  */
 export function renderDeclarations(
-  { tools = [], globals = [] }: { tools?: readonly ToolLike[]; globals?: readonly ToolLike[] },
+  catalog: { tools?: readonly ToolLike[]; globals?: readonly ToolLike[] },
   options: RenderDeclarationsOptions = {},
 ): string {
+  if (catalog === null || typeof catalog !== "object")
+    throw new TypeError("renderDeclarations needs { tools, globals }");
+  if (options === null || typeof options !== "object")
+    throw new TypeError("renderDeclarations options must be an object");
+  const { tools = [], globals = [] } = catalog;
+  checkCatalog(globals, "globals");
   const blocks: string[] = [];
   const entries = assignToolKeys(tools);
   if (entries.length > 0) {
