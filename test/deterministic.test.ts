@@ -2,6 +2,7 @@
 import {
   type CodemodeHostCall,
   type CodemodeResult,
+  type CodemodeRun,
   type CodemodeSandboxBase,
   InlineCodemodeSandbox,
   MAX_CLOCK_MS,
@@ -110,6 +111,20 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     const c = await sandbox.start("return Math.random();", { ...options, onCall: () => {} }).result;
     expect(a.ok && c.ok && a.value).toBe(c.ok && c.value);
     expect(a.ok && b.ok && a.value).not.toBe(b.ok && b.value);
+  });
+
+  it("calls the hooks only once start() has returned, so that onCall may deliver at once", async () => {
+    await (sandbox as CodemodeSandboxBase & { warm(): Promise<void> }).warm();
+    let seq = 0;
+    const run: CodemodeRun = sandbox.start(
+      "let s = 0; for (let i = 0; i < 5; i++) s += await tools.lookup(i); return s;",
+      {
+        ...options,
+        onCall: (call) => run.deliver(++seq, options.startedAt, call.id, { ok: true, value: call.args }),
+      },
+    );
+    const result = await run.result;
+    expect(result.ok && result.value).toBe(10);
   });
 
   it("refuses bad deliveries and ends with the signal", async () => {

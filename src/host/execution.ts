@@ -82,7 +82,16 @@ export class Execution {
       return;
     }
     options.onStart?.(this);
-    this.run = launcher.launch(options.request, (event) => this.onEvent(event));
+    // A deterministic run's hooks get its events only once start() has returned the run they may deliver to (inline,
+    // the first turn runs inside launch()); the others come later anyway.
+    const early: VmEvent[] | undefined = options.handler.kind === "deterministic" ? [] : undefined;
+    let launching = true;
+    this.run = launcher.launch(options.request, (event) => {
+      if (launching && early) early.push(event);
+      else this.onEvent(event);
+    });
+    launching = false;
+    if (early && early.length > 0) queueMicrotask(() => early.forEach((event) => this.onEvent(event)));
     if (this.finished) {
       // Ended while the run started (inline, its first turn runs inside launch(): a hook failed, or a tool closed the
       // sandbox), when it could not be stopped yet.
