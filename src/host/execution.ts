@@ -91,7 +91,11 @@ export class Execution {
       else this.onEvent(event);
     });
     launching = false;
-    if (early && early.length > 0) queueMicrotask(() => early.forEach((event) => this.onEvent(event)));
+    if (early && early.length > 0) {
+      queueMicrotask(() => {
+        for (const event of early) this.onEvent(event);
+      });
+    }
     if (this.finished) {
       // Ended while the run started (inline, its first turn runs inside launch(): a hook failed, or a tool closed the
       // sandbox), when it could not be stopped yet.
