@@ -310,6 +310,28 @@ describe("a JSON-RPC error from the server", () => {
   });
 });
 
+describe("a message from the server that is not JSON-RPC", () => {
+  it("disconnects the server at once, failing the call it answered and saying why; the next call starts it again", async () => {
+    const own = await McpToolset.connect({ mcpServers: { paged: paged("--tools", "1", "--malformed") } });
+    // Without the disconnect, the call would wait for this deadline.
+    const ownSandbox = new CodemodeSandbox({ poolSize: 1, tools: own.tools, timeoutMs: 60_000 });
+    try {
+      const upstream = own.upstream("paged");
+      const pid = upstream?.pid;
+      const result = await ownSandbox.execute("return await tools.paged__malformed({});");
+      expect(!result.ok && result.error.message).toMatch(
+        /^server "paged" sent a message that is not JSON-RPC and was disconnected while the call ran; the tool may or may not have run, so it was not repeated/,
+      );
+      const next = await ownSandbox.execute("return await tools.paged__item_0({});");
+      expect(next.ok && next.value).toEqual({ item: 0 });
+      expect(upstream?.pid).not.toBe(pid);
+    } finally {
+      await ownSandbox.close();
+      await own.close();
+    }
+  });
+});
+
 describe("Streamable HTTP upstream", () => {
   let child: ChildProcess | undefined;
   const startHttpServer = async (port: number) => {

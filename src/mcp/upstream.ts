@@ -71,6 +71,8 @@ export class McpUpstream {
   private connecting: Promise<Client> | undefined;
   private stderr = "";
   private closed = false;
+  /** Why a connection was dropped for breaking the protocol, to say so in its calls' errors. */
+  private readonly malformed = new WeakMap<Client, string>();
   private reconnectCount = 0;
   private opened = false;
   private readonly clientInfo: { name: string; version: string };
@@ -185,12 +187,13 @@ export class McpUpstream {
       }
       if (failure === "other" || this.closed) throw this.callError(name, error);
       this.drop(client);
-      if (reconnected) throw this.lostError(name, error, "right after it was started again");
+      if (reconnected) throw this.lostError(name, error, "right after it was started again", client);
       if (failure === "lost" && options.repeatable !== true) {
         throw this.lostError(
           name,
           error,
           "while the call ran; the tool may or may not have run, so it was not repeated",
+          client,
         );
       }
       const fresh = await this.reconnect(signal);
@@ -198,7 +201,7 @@ export class McpUpstream {
         if (signal?.aborted) throw signal.reason ?? again;
         if (classify(again, fresh) === "other") throw this.callError(name, again);
         this.drop(fresh);
-        throw this.lostError(name, again, "again when the call was sent a second time");
+        throw this.lostError(name, again, "again when the call was sent a second time", fresh);
       });
     }
   }
@@ -241,10 +244,15 @@ export class McpUpstream {
     );
   }
 
-  private lostError(tool: string, error: unknown, when: string): Error {
+  private lostError(tool: string, error: unknown, when: string, client: Client): Error {
+    const reason = this.malformed.get(client);
+    const what =
+      reason === undefined
+        ? `the connection to server "${this.name}" was lost`
+        : `server "${this.name}" sent ${reason} and was disconnected`;
     return new McpUpstreamError(
       this.name,
-      `the connection to server "${this.name}" was lost ${when} (calling ${tool}: ${message(error)})`,
+      `${what} ${when} (calling ${tool}: ${message(error)})`,
       this.spec.transport === "stdio" ? this.stderrTail : "",
       { cause: error },
     );
@@ -280,6 +288,20 @@ export class McpUpstream {
     return this.connecting;
   }
 
+  /**
+   * A message that is not JSON-RPC is dropped by the SDK, and the call it answered would wait until its deadline: the
+   * server is disconnected instead (started again on the next call), which fails its calls now, saying why.
+   */
+  private dropIfMalformed(client: Client, error: Error): boolean {
+    if (!(error instanceof SyntaxError) && error.name !== "ZodError") return false;
+    this.malformed.set(
+      client,
+      error.name === "ZodError" ? "a message that is not JSON-RPC" : "a line that is not JSON",
+    );
+    this.drop(client);
+    return true;
+  }
+
   private drop(client: Client): void {
     if (this.client === client) this.client = undefined;
     void client.close().catch(() => {});
@@ -312,6 +334,7 @@ export class McpUpstream {
         this.options.onStderr?.(this.name, text);
       });
       transport = stdio;
+      client.onerror = (error) => this.dropIfMalformed(client, error);
     } else {
       transport = new StreamableHTTPClientTransport(spec.url, { requestInit: { headers: spec.headers } });
       // A response stream that broke (the server died, the network dropped) leaves its call pending until its deadline
@@ -319,6 +342,7 @@ export class McpUpstream {
       // fails its calls as lost now.
       let probing = false;
       client.onerror = (error) => {
+        if (this.dropIfMalformed(client, error)) return;
         if (probing || !/^(SSE stream disconnected|Failed to reconnect|Maximum reconnection)/.test(error.message))
           return;
         probing = true;
