@@ -100,9 +100,7 @@ export abstract class CodemodeSandboxBase {
         throw new TypeError("typescript must be a boolean");
       }
       this.typescript = options.typescript ?? false;
-      if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
-      if (options.globals !== undefined && !Array.isArray(options.globals))
-        throw new TypeError("globals must be an array");
+      checkLists(options);
       for (const tool of options.tools ?? []) this.registerTool(tool);
       for (const global of options.globals ?? []) this.addGlobal(global);
     } catch (error) {
@@ -230,9 +228,7 @@ export abstract class CodemodeSandboxBase {
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
     const script = this.compile(code);
-    if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
-    if (options.globals !== undefined && !Array.isArray(options.globals))
-      throw new TypeError("globals must be an array");
+    checkLists(options);
     // A tool is both tools.<id> and tools[<name>]: no two tools may define the same property.
     const claimed = new Map<string, string>();
     const tools = (options.tools ?? []).map((t) => {
@@ -387,6 +383,12 @@ export function checkNewTool(tool: CodemodeTool, registered: readonly CodemodeTo
       throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
     }
   }
+}
+
+/** Throws unless `tools` and `globals`, where given, are arrays (a sandbox's own, or a deterministic run's). */
+function checkLists(options: { tools?: unknown; globals?: unknown }): void {
+  if (options.tools !== undefined && !Array.isArray(options.tools)) throw new TypeError("tools must be an array");
+  if (options.globals !== undefined && !Array.isArray(options.globals)) throw new TypeError("globals must be an array");
 }
 
 /**
