@@ -5,6 +5,9 @@ import { promisify } from "node:util";
 import {
   type CodemodeSandboxBase,
   type CodemodeTool,
+  MAX_ERROR_MESSAGE_CHARS,
+  MAX_ERROR_NAME_CHARS,
+  MAX_ERROR_STACK_CHARS,
   MAX_OUTPUT_ITEMS,
   MAX_STORE_TOTAL_CHARS,
   MAX_STORE_VALUE_CHARS,
@@ -521,6 +524,28 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
             "SyntaxError: the script ends before a bracket, brace, parenthesis, string or comment is closed\n    at codemode.js:2:10",
         });
       }
+    });
+
+    it("cuts a huge error message inside the VM, so that the script's own error comes back", async () => {
+      // Turned into JSON whole, these messages ran the VM out of memory: the result said "out of memory".
+      const small = make({ memoryLimitBytes: 64 * 1024 * 1024 });
+      try {
+        for (const code of ["throw new Error('\"'.repeat(1.2e7))", "throw '\"'.repeat(1.2e7)"]) {
+          const result = await small.execute(code);
+          expect(!result.ok && result.error.kind).toBe("script");
+          expect(!result.ok && result.error.message).toBe(`${'"'.repeat(MAX_ERROR_MESSAGE_CHARS)}…`);
+          expect(!result.ok && (result.error.stack ?? "").length).toBeLessThanOrEqual(MAX_ERROR_STACK_CHARS + 1);
+        }
+        const named = await small.execute(
+          "const e = new Error('m'); Object.defineProperty(e, 'name', { value: 'N'.repeat(1e6) }); throw e",
+        );
+        expect(!named.ok && named.error.name).toBe(`${"N".repeat(MAX_ERROR_NAME_CHARS)}…`);
+      } finally {
+        await small.close();
+      }
+      // Never between the two halves of a character outside the BMP.
+      const emoji = await run("throw new Error('a' + '\\u{1F600}'.repeat(5000))");
+      expect(!emoji.ok && emoji.error.message).toBe(`a${"\u{1F600}".repeat(MAX_ERROR_MESSAGE_CHARS / 2 - 1)}…`);
     });
 
     it("reports thrown non-errors by their text", async () => {

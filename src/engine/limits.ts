@@ -1,3 +1,5 @@
+import type { CodemodeError } from "../types.ts";
+
 /** Limits of the script environment. Each is enforced inside the VM and checked again on the host. */
 
 /** Characters of text and base64 image data a script may output in one execution. */
@@ -10,6 +12,10 @@ export const MAX_STORE_VALUE_CHARS = 256 * 1024;
 export const MAX_STORE_TOTAL_CHARS = 1024 * 1024;
 /** Characters of JSON one value crossing the VM boundary may have: tool arguments, tool results, the return value. */
 export const MAX_VALUE_CHARS = 16 * 1024 * 1024;
+/** Characters of an error's message, name and stack that leave the VM; longer ones are cut, ending in "…". */
+export const MAX_ERROR_MESSAGE_CHARS = 8 * 1024;
+export const MAX_ERROR_NAME_CHARS = 256;
+export const MAX_ERROR_STACK_CHARS = 32 * 1024;
 
 /**
  * Latest clock value of a deterministic run, in ms since the epoch (in 2554): the VM reads its clock as unsigned 64-bit
@@ -34,3 +40,23 @@ export const IMAGE_HEAP_HEADROOM_BYTES = 1024 * 1024;
 
 /** Promise jobs drained between two checks of the deadline and the abort flag. */
 export const JOBS_PER_INTERRUPT_CHECK = 256;
+
+/** Cuts `text` to `max` characters, marking the cut with "…" (the prelude's `clip` does the same inside the VM). */
+export function clip(text: string, max: number): string {
+  if (text.length <= max) return text;
+  // Not between the two halves of a surrogate pair.
+  const end = isHighSurrogate(text.charCodeAt(max - 1)) ? max - 1 : max;
+  return `${text.slice(0, end)}…`;
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
+}
+
+/** An error cut to the limits above (it may come from a VM that does not keep them). */
+export function clipError(error: CodemodeError): CodemodeError {
+  const clipped: CodemodeError = { kind: error.kind, message: clip(error.message, MAX_ERROR_MESSAGE_CHARS) };
+  if (error.name !== undefined) clipped.name = clip(error.name, MAX_ERROR_NAME_CHARS);
+  if (error.stack !== undefined) clipped.stack = clip(error.stack, MAX_ERROR_STACK_CHARS);
+  return clipped;
+}

@@ -1,4 +1,7 @@
 import {
+  MAX_ERROR_MESSAGE_CHARS,
+  MAX_ERROR_NAME_CHARS,
+  MAX_ERROR_STACK_CHARS,
   MAX_OUTPUT_CHARS,
   MAX_OUTPUT_ITEMS,
   MAX_STORE_TOTAL_CHARS,
@@ -45,6 +48,8 @@ export const PRELUDE_SOURCE = `(function () {
   const MAX_OUTPUT_CHARS = ${MAX_OUTPUT_CHARS}, MAX_OUTPUT_ITEMS = ${MAX_OUTPUT_ITEMS};
   const MAX_STORE_VALUE_CHARS = ${MAX_STORE_VALUE_CHARS}, MAX_STORE_TOTAL_CHARS = ${MAX_STORE_TOTAL_CHARS};
   const MAX_VALUE_CHARS = ${MAX_VALUE_CHARS};
+  const MAX_ERROR_MESSAGE_CHARS = ${MAX_ERROR_MESSAGE_CHARS}, MAX_ERROR_NAME_CHARS = ${MAX_ERROR_NAME_CHARS};
+  const MAX_ERROR_STACK_CHARS = ${MAX_ERROR_STACK_CHARS};
 
   const O = Object, freeze = O.freeze, defineProperty = O.defineProperty, keys = O.keys;
   const getOwnPropertyNames = O.getOwnPropertyNames, getOwnPropertySymbols = O.getOwnPropertySymbols;
@@ -96,16 +101,22 @@ export const PRELUDE_SOURCE = `(function () {
       try { name = error.name; } catch {}
       try { message = error.message; } catch {}
       try { stack = error.stack; } catch {}
-      name = typeof name === "string" ? name : undefined;
-      message = typeof message === "string" ? message : safeString(error);
-      const frames = cleanStack(stack);
+      name = typeof name === "string" ? clip(name, MAX_ERROR_NAME_CHARS) : undefined;
+      message = clip(typeof message === "string" ? message : safeString(error), MAX_ERROR_MESSAGE_CHARS);
+      const frames = cleanStack(typeof stack === "string" ? clip(stack, MAX_ERROR_STACK_CHARS) : undefined);
       const head = name ? name + ": " + message : message;
       const out = { message };
       if (name) out.name = name;
-      out.stack = frames ? head + "\\n" + frames : head;
+      out.stack = clip(frames ? head + "\\n" + frames : head, MAX_ERROR_STACK_CHARS);
       return out;
     }
-    return { message: safeString(error) };
+    return { message: clip(safeString(error), MAX_ERROR_MESSAGE_CHARS) };
+  }
+  // Cut here, not only on the host: a huge message would otherwise be turned into JSON and copied out whole.
+  function clip(text, max) {
+    if (text.length <= max) return text;
+    const code = apply(stringCharCodeAt, text, [max - 1]);
+    return apply(stringSlice, text, [0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max]) + "\u2026";
   }
 
   // ---- per-execution state (reset with the whole memory image after every execution) ----

@@ -6,7 +6,7 @@
 import { randomFillSync } from "node:crypto";
 import type { JSValueHandle } from "quickjs-wasi";
 import type { CodemodeError } from "../types.ts";
-import { JOBS_PER_INTERRUPT_CHECK, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
+import { clipError, JOBS_PER_INTERRUPT_CHECK, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
 import { Op, SCRIPT_FILENAME } from "./prelude.ts";
 import {
   type CallOutcome,
@@ -620,6 +620,8 @@ export class VmRunner {
   }
 
   private emitDone(exec: number, result: RunResult): void {
+    // Errors read from the VM's exceptions (not cut by the prelude) are cut before they leave, as events can be framed.
+    if (!result.ok) result = { ...result, error: clipError(result.error) };
     this.options.emit({ type: "done", exec, result });
   }
 

@@ -3,7 +3,7 @@
  * the deadline and the abort. The host is the authority on how an execution ends: a deadline or an abort ends it
  * here at once, and the VM is told to stop.
  */
-import { MAX_CLOCK_MS, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import { clipError, MAX_CLOCK_MS, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "../engine/limits.ts";
 import { type CallOutcome, DEADLINE_MESSAGE, type RunResult, type VmEvent } from "../engine/protocol.ts";
 import type {
   CodemodeCall,
@@ -19,10 +19,6 @@ import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 
 /** The longest delay a Node timer takes: 2^31 - 1 ms, about 24.8 days. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** Characters of an error message or stack the host keeps. */
-const MAX_ERROR_MESSAGE_CHARS = 8 * 1024;
-const MAX_ERROR_STACK_CHARS = 32 * 1024;
 
 /** How a call is answered: by running the host's tool (execute) or by the caller of a deterministic run. */
 export type CallHandler =
@@ -396,15 +392,4 @@ function parseWrites(json: string | undefined): CodemodeStoreWrites {
   }
   for (const key of parsed.delete) if (typeof key === "string") writes.delete.push(key);
   return writes;
-}
-
-function clipError(error: CodemodeError): CodemodeError {
-  const clipped: CodemodeError = { kind: error.kind, message: clip(error.message, MAX_ERROR_MESSAGE_CHARS) };
-  if (error.name !== undefined) clipped.name = clip(error.name, 256);
-  if (error.stack !== undefined) clipped.stack = clip(error.stack, MAX_ERROR_STACK_CHARS);
-  return clipped;
-}
-
-function clip(text: string, max: number): string {
-  return text.length <= max ? text : `${text.slice(0, max)}…`;
 }
