@@ -46,6 +46,8 @@ describe("the child channel (framed, strictly validated)", () => {
     ["a second ready", "ready-again", /sent "ready" after it was ready/],
     ["a message for an execution it was never given", "unknown-exec", /for an execution it does not run/],
     ["an exit mid-execution", "exit", /the child process exited with code 9/],
+    ["busy for an execution it was never given", "busy-unknown", /said it computes an execution it does not run/],
+    ["busy with an unknown field", "busy-extra", /busy has an unknown field "extra"/],
   ])(
     "kills the child once on %s, fails the execution with a sandbox error, and replaces it",
     async (_, code, message) => {
@@ -104,6 +106,35 @@ describe("the child channel (framed, strictly validated)", () => {
     expect(next.ok && next.value).toBe(1);
   });
 
+  it("waits for a stopped run behind another run's long turn, and kills the child once that run is stopped too", async () => {
+    const sandbox = make({ childEntry: badChild, timeoutMs: 10_000 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    // The first run's turn holds the child (it said so); the second's stop cannot be read until that turn ends.
+    const holding = sandbox.execute("busy-silent", { timeoutMs: 1_500 });
+    const stopped = await sandbox.execute("silent", { timeoutMs: 100 });
+    expect(!stopped.ok && stopped.error.kind).toBe("timeout");
+    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS * 3));
+    // Before, the child was killed 250 ms after the second stop, failing the first run with it.
+    expect(alive(pid as number)).toBe(true);
+    // The holding run's own stop is not answered either: that is the run that does not stop, and the child goes.
+    const held = await holding;
+    expect(!held.ok && held.error.kind).toBe("timeout");
+    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS + 200));
+    expect(alive(pid as number)).toBe(false);
+    expect((await sandbox.execute("fine")).ok).toBe(true);
+  });
+
+  it("kills a child whose stopped run is the one it says it computes", async () => {
+    const sandbox = make({ childEntry: badChild, timeoutMs: 100 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    const result = await sandbox.execute("busy-silent");
+    expect(!result.ok && result.error.kind).toBe("timeout");
+    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS + 200));
+    expect(alive(pid as number)).toBe(false);
+  });
+
   it("reports a child that cannot boot as a sandbox error and does not respawn it in a loop", async () => {
     const sandbox = make({ childEntry: new URL("./fixtures/process/no-boot.mjs", import.meta.url) });
     await expect(sandbox.warm()).rejects.toThrow(/exited with code 3/);
@@ -150,6 +181,22 @@ describe("a child killed mid-execution", () => {
     expect(next.ok && next.value).toBe(42);
     expect(sandbox.processCount).toBe(1);
     expect(sandbox.pids).not.toContain(pid);
+  });
+
+  it("does not kill a child whose stopped run waits behind another run that computes within its deadline", async () => {
+    const sandbox = make({ timeoutMs: 20_000 });
+    await sandbox.warm();
+    const [pid] = sandbox.pids;
+    // Computes for several stop graces (PROCESS_STOP_GRACE_MS), well within its own deadline.
+    const busy = sandbox.execute("const t = Date.now(); while (Date.now() - t < 1500) {} return 'done';");
+    const controller = new AbortController();
+    const queued = sandbox.execute("return 'never ran'", { signal: controller.signal });
+    setTimeout(() => controller.abort(), 100);
+    expect(await queued).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    // Before, the child was killed when the queued run had not stopped 250 ms later, ending the busy run with it.
+    expect(await busy).toMatchObject({ ok: true, value: "done" });
+    expect(sandbox.pids).toEqual([pid]);
+    expect((await sandbox.execute("return 1")).ok).toBe(true);
   });
 
   it("retires a child that used most of its CPU rlimit, before the rlimit ends it", async () => {

@@ -50,7 +50,15 @@ export interface RunnerOptions extends VmOptions {
    * run that does not stop from one whose stop waits behind another run's turn.
    */
   running?: Int32Array;
+  /**
+   * Told the exec of a run whose turn has computed for LONG_TURN_MS, and null when that turn ends: a host that shares
+   * no memory with the runner learns from it which run holds the thread (see `running`).
+   */
+  onLongTurn?: (exec: number | null) => void;
 }
+
+/** How long a turn computes before `onLongTurn` hears of it: well below the hosts' stop grace periods. */
+export const LONG_TURN_MS = 50;
 
 /** A request with its configuration, parsed. */
 interface Queued {
@@ -103,6 +111,8 @@ export class VmRunner {
   private readonly waiting: Queued[] = [];
   /** True while guest code runs on this thread; commands that arrive meanwhile wait in `deferred`. */
   private busy = false;
+  /** Whether `onLongTurn` heard of the current turn. */
+  private longTurnReported = false;
   private readonly deferred: HostCommand[] = [];
   private closed = false;
 
@@ -431,6 +441,7 @@ export class VmRunner {
     this.busy = true;
     if (running) Atomics.store(running, 0, run.request.slot + 1);
     run.enteredAt = performance.now();
+    this.longTurnReported = false;
     let crash: RunResult | undefined;
     try {
       body();
@@ -441,6 +452,10 @@ export class VmRunner {
       run.cpuMs += performance.now() - run.enteredAt;
       this.busy = false;
       if (running) Atomics.store(running, 0, 0);
+      if (this.longTurnReported) {
+        this.longTurnReported = false;
+        this.options.onLongTurn?.(null);
+      }
     }
     if (!run.ended) {
       if (run.stopReason !== undefined && run.result === undefined) this.end(run, this.stoppedResult(run));
@@ -512,6 +527,11 @@ export class VmRunner {
     if (cpuLimit !== null && run.cpuMs + (performance.now() - run.enteredAt) > cpuLimit) {
       run.stopReason = "cpu";
       return true;
+    }
+    const onLongTurn = this.options.onLongTurn;
+    if (onLongTurn && !this.longTurnReported && performance.now() - run.enteredAt > LONG_TURN_MS) {
+      this.longTurnReported = true;
+      onLongTurn(run.request.exec);
     }
     return false;
   }

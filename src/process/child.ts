@@ -21,7 +21,9 @@ export interface ChildConfig {
 export type ChildMessage =
   | { type: "ready"; protocol: number; versions: Record<string, string> }
   | { type: "failed"; message: string }
-  | { type: "retire" };
+  | { type: "retire" }
+  /** The run whose turn has computed for LONG_TURN_MS (null: that turn ended); see the pool's stop grace. */
+  | { type: "busy"; exec: number | null };
 
 function send(message: VmEvent | ChildMessage): void {
   process.stdout.write(encodeFrame(message));
@@ -57,6 +59,8 @@ function main(): void {
       send(event);
       if (event.type === "done") checkCpu();
     },
+    // Written synchronously (stdout is a pipe), from inside the turn: the host reads it while the turn goes on.
+    onLongTurn: (exec) => send({ type: "busy", exec }),
   });
   let retired = false;
   const checkCpu = () => {

@@ -60,6 +60,8 @@ class PoolChild {
   dead = false;
   booted = false;
   retiring = false;
+  /** The run whose turn the child said it has been computing for a while (see LONG_TURN_MS); null otherwise. */
+  busyExec: number | null = null;
   private readonly reader: FrameReader;
   private stderrTail = "";
   private resolveReady!: () => void;
@@ -182,6 +184,15 @@ class PoolChild {
       this.pool.retire(this);
       return;
     }
+    if (m !== null && typeof m === "object" && m.type === "busy") {
+      exact(m, ["type", "exec"], "busy");
+      const exec = (m as { exec?: unknown }).exec;
+      if (exec !== null && !this.runs.has(exec as number)) {
+        throw new ProtocolError("the child said it computes an execution it does not run");
+      }
+      this.busyExec = exec as number | null;
+      return;
+    }
     if (m !== null && typeof m === "object" && (m.type === "ready" || m.type === "failed")) {
       throw new ProtocolError(`the child sent "${m.type}" after it was ready`);
     }
@@ -240,6 +251,7 @@ class PoolChild {
 
   finishRun(exec: number, entry: ChildRunEntry): void {
     this.runs.delete(exec);
+    if (this.busyExec === exec) this.busyExec = null;
     if (entry.stopTimer) clearTimeout(entry.stopTimer);
     if (this.runs.size === 0) {
       if (this.booted) this.setRef(false);
@@ -354,8 +366,13 @@ export class ProcessPool implements Launcher {
         child.write({ type: "stop", exec, reason });
         // A child still booting takes the run and the stop together once it is up: the grace period starts then.
         const arm = () => {
-          if (!child.runs.has(exec) || entry.stopTimer) return;
-          entry.stopTimer = setTimeout(() => child.kill("the child did not stop a run in time"), this.stopGraceMs);
+          if (!child.runs.has(exec)) return;
+          entry.stopTimer = setTimeout(() => {
+            // The stop waits behind another run's long turn (which its own deadline bounds): give it more time.
+            const busy = child.busyExec;
+            if (busy !== null && busy !== exec && child.runs.has(busy)) arm();
+            else child.kill("the child did not stop a run in time");
+          }, this.stopGraceMs);
           entry.stopTimer.unref?.();
         };
         if (child.booted) arm();
