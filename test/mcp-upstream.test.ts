@@ -427,6 +427,27 @@ describe("Streamable HTTP upstream failures", () => {
     expect(upstream.calls.lookup).toBe(2);
   });
 
+  it("fails a call whose answer stream broke or ended unanswered at once, keeping the connection to a live server", async () => {
+    // Connected first (an earlier test dropped the connection), so that a reconnect below would show.
+    expect((await ownSandbox.execute("return await tools.pay__echo({});")).ok).toBe(true);
+    const before = own.upstream("pay")?.reconnects;
+    // Before, both calls waited for their deadline: the SDK resumes only streams whose events have ids.
+    const cut = await ownSandbox.execute("return await tools.pay__cut({});", { timeoutMs: 10_000 });
+    expect(!cut.ok && cut.error.message).toMatch(
+      /server "pay" did not answer the call of cut; the tool may or may not have run, so it was not repeated \(the server's answer stream broke before it answered/,
+    );
+    expect(upstream.calls.cut).toBe(1);
+    // A read-only call is sent once more, on the same connection.
+    const ended = await ownSandbox.execute("return await tools.pay__ended({});", { timeoutMs: 10_000 });
+    expect(!ended.ok && ended.error.message).toMatch(
+      /server "pay" did not answer the call of ended when it was sent a second time \(the server ended its answer stream without answering\)/,
+    );
+    expect(upstream.calls.ended).toBe(2);
+    expect(own.upstream("pay")?.reconnects).toBe(before);
+    const next = await ownSandbox.execute("return await tools.pay__echo({});");
+    expect(next.ok && next.value).toBe("echo");
+  });
+
   it("reports an HTTP error status as the server's answer, with the status, and does not send the call again", async () => {
     const result = await ownSandbox.execute("return await tools.pay__reject({});");
     expect(!result.ok && result.error.message).toMatch(

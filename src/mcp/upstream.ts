@@ -2,6 +2,7 @@
  * One upstream MCP server: starting it (stdio) or reaching it (Streamable HTTP) with the official SDK's `Client`,
  * listing its tools page by page, calling them with cancellation, and reconnecting once when it died.
  */
+import { randomUUID } from "node:crypto";
 import { statSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -9,6 +10,7 @@ import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontex
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { type CallToolResult, ErrorCode, McpError, type Tool } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
+import { unansweredReason, watchAnswerStreams } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
 
@@ -59,7 +61,8 @@ export interface McpCallOptions {
   repeatable?: boolean;
 }
 
-type Failure = "not-sent" | "lost" | "other";
+/** "unanswered": the server ended or broke the stream of this one answer, and still answers a ping. */
+type Failure = "not-sent" | "lost" | "unanswered" | "other";
 
 /** Clients whose transport closed. A server may send code -32000 (ConnectionClosed) itself: the generic server error. */
 const closedClients = new WeakSet<Client>();
@@ -78,6 +81,8 @@ export class McpUpstream {
   private readonly clientInfo: { name: string; version: string };
   private readonly connectTimeoutMs: number;
   private readonly callTimeoutMs: number;
+  /** Marks the errors written for answers a server's stream did not carry (see answer-streams.ts). */
+  private readonly unansweredMarker = randomUUID();
 
   constructor(
     spec: McpServerSpec,
@@ -179,7 +184,12 @@ export class McpUpstream {
       return await this.request(client, name, args, signal);
     } catch (error) {
       if (signal?.aborted) throw signal.reason ?? error;
-      let failure = classify(error, client);
+      let failure = unansweredReason(error, this.unansweredMarker)
+        ? (await this.answersPing(client))
+          ? "unanswered"
+          : "lost"
+        : classify(error, client);
+      if (failure === "unanswered") return await this.unanswered(client, name, args, options, error);
       // Some servers (the reference "everything" server among them) answer 400 instead of 404 to a session they no
       // longer know. Only when the session refuses a ping too was the call refused unseen; otherwise 400 is its answer.
       if (error instanceof StreamableHTTPError && error.code === 400 && (await this.sessionGone(client))) {
@@ -221,6 +231,44 @@ export class McpUpstream {
       timeout: this.callTimeoutMs,
       ...(signal === undefined ? {} : { signal }),
     }) as Promise<CallToolResult>;
+  }
+
+  /**
+   * A call whose answer stream ended without its answer, from a server that is still there: the connection stays (other
+   * calls stream on it), and the call is sent again only when it may be.
+   */
+  private async unanswered(
+    client: Client,
+    name: string,
+    args: Record<string, unknown>,
+    options: McpCallOptions,
+    error: unknown,
+  ): Promise<CallToolResult> {
+    const fail = (when: string, cause: unknown) =>
+      new McpUpstreamError(
+        this.name,
+        `server "${this.name}" did not answer the call of ${name}${when} (${unansweredReason(cause, this.unansweredMarker)})`,
+        "",
+        { cause },
+      );
+    if (options.repeatable !== true || this.closed) {
+      throw fail("; the tool may or may not have run, so it was not repeated", error);
+    }
+    const { signal } = options;
+    return await this.request(client, name, args, signal).catch((again: unknown) => {
+      if (signal?.aborted) throw signal.reason ?? again;
+      throw unansweredReason(again, this.unansweredMarker)
+        ? fail(" when it was sent a second time", again)
+        : this.callError(name, again);
+    });
+  }
+
+  /** True when the server answers a ping in time. */
+  private answersPing(client: Client): Promise<boolean> {
+    return client.ping({ timeout: HTTP_PROBE_TIMEOUT_MS }).then(
+      () => true,
+      () => false,
+    );
   }
 
   /** True when the server refuses a ping as coming from a session it does not know (HTTP 400 or 404). */
@@ -336,7 +384,10 @@ export class McpUpstream {
       transport = stdio;
       client.onerror = (error) => this.dropIfMalformed(client, error);
     } else {
-      transport = new StreamableHTTPClientTransport(spec.url, { requestInit: { headers: spec.headers } });
+      transport = new StreamableHTTPClientTransport(spec.url, {
+        requestInit: { headers: spec.headers },
+        fetch: watchAnswerStreams(this.unansweredMarker),
+      });
       // A response stream that broke (the server died, the network dropped) leaves its call pending until its deadline
       // unless the stream resumes. A server that does not answer a ping then is gone: the connection is dropped, which
       // fails its calls as lost now.
