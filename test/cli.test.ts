@@ -5,9 +5,11 @@ import {
   closeSync,
   existsSync,
   lstatSync,
+  mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   statSync,
   symlinkSync,
   truncateSync,
@@ -638,6 +640,28 @@ describe("run --store: the file it writes", () => {
       expect(lstatSync(join(cwd, "link.json")).isSymbolicLink()).toBe(true);
       expect(JSON.parse(readFileSync(join(cwd, "real.json"), "utf8"))).toEqual({ n: 2 });
       expect(statSync(join(cwd, "real.json")).mode & 0o777).toBe(0o600);
+    } finally {
+      done();
+    }
+  });
+
+  it("creates the file a dangling symlink points at, and keeps the link", async () => {
+    const { dir: cwd, cleanup: done } = tempDir();
+    try {
+      mkdirSync(join(cwd, "data"));
+      symlinkSync("data/state.json", join(cwd, "link.json"));
+      symlinkSync("nowhere/state.json", join(cwd, "broken.json"));
+      const result = await runCli(["run", "-", "--store", "link.json"], { cwd, input: 'store("n", 1);' });
+      expect(result.code).toBe(0);
+      // Before, the link itself was replaced by a plain file.
+      expect(lstatSync(join(cwd, "link.json")).isSymbolicLink()).toBe(true);
+      expect(JSON.parse(readFileSync(join(cwd, "data/state.json"), "utf8"))).toEqual({ n: 1 });
+      const broken = await runCli(["run", "-", "--store", "broken.json"], { cwd, input: 'store("n", 1);' });
+      expect(broken.code).toBe(2);
+      expect(broken.stderr).toContain(
+        `--store broken.json: directory ${join(realpathSync(cwd), "nowhere")} (where the link points) does not exist`,
+      );
+      expect(lstatSync(join(cwd, "broken.json")).isSymbolicLink()).toBe(true);
     } finally {
       done();
     }
