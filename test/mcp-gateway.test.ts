@@ -593,6 +593,17 @@ describe("the gateway as a library", () => {
         code: -32600,
         message: `The message is larger than ${MAX_STDIO_LINE_BYTES} bytes, the most airlock serve takes over stdio`,
       });
+      // The id after the params, as some clients write it: found at the line's end.
+      const big = `return ${JSON.stringify("x".repeat(MAX_STDIO_LINE_BYTES))}.length`;
+      stdio.send(
+        JSON.stringify({
+          jsonrpc: "2.0",
+          method: "tools/call",
+          params: { name: "execute", arguments: { code: big } },
+          id: 5,
+        }),
+      );
+      expect((await stdio.response(5)).error?.code).toBe(-32600);
       execute(4, "return 1 + 1");
       expect((await stdio.response(4)).result?.content).toEqual([{ type: "text", text: "2" }]);
       expect(closed).toBe(false);

@@ -11,8 +11,8 @@ import { type JSONRPCMessage, JSONRPCMessageSchema, type RequestId } from "@mode
 /** Largest request line accepted over stdio, in bytes: the same as an HTTP request body. */
 export const MAX_STDIO_LINE_BYTES = 32 * 1024 * 1024;
 
-/** Bytes of a line kept to find its id in when the line is too long to parse. */
-const HEAD_BYTES = 1024;
+/** Bytes kept of each end of a line too long to parse, to find its id in. */
+const END_BYTES = 1024;
 
 export class GatewayStdioTransport implements Transport {
   onclose?: () => void;
@@ -20,8 +20,10 @@ export class GatewayStdioTransport implements Transport {
   onmessage?: (message: JSONRPCMessage) => void;
   private chunks: Buffer[] = [];
   private size = 0;
-  /** The rest of a line that was too long is dropped until its newline. */
+  /** The rest of a line that was too long is dropped until its newline, keeping only its last bytes. */
   private skipping = false;
+  private head = "";
+  private tail: Buffer = Buffer.alloc(0);
   private closed = false;
 
   constructor(
@@ -63,10 +65,12 @@ export class GatewayStdioTransport implements Transport {
       if (!this.skipping) {
         this.size += end - start;
         this.chunks.push(chunk.subarray(start, end));
-        if (this.size > this.maxLineBytes) this.refuseLongLine();
+        if (this.size > this.maxLineBytes) this.startSkipping();
       }
+      if (this.skipping) this.keepTail(chunk.subarray(start, end));
       if (newline === -1) return;
-      if (!this.skipping) this.onLine(Buffer.concat(this.chunks).toString("utf8"));
+      if (this.skipping) this.refuseLongLine();
+      else this.onLine(Buffer.concat(this.chunks).toString("utf8"));
       this.chunks = [];
       this.size = 0;
       this.skipping = false;
@@ -74,12 +78,25 @@ export class GatewayStdioTransport implements Transport {
     }
   };
 
-  private refuseLongLine(): void {
-    const head = Buffer.concat(this.chunks, Math.min(this.size, HEAD_BYTES)).toString("utf8");
+  private startSkipping(): void {
+    this.head = Buffer.concat(this.chunks, Math.min(this.size, END_BYTES)).toString("utf8");
+    this.tail = Buffer.concat(this.chunks).subarray(-END_BYTES);
     this.chunks = [];
     this.skipping = true;
+  }
+
+  private keepTail(bytes: Buffer): void {
+    this.tail =
+      bytes.length >= END_BYTES ? bytes.subarray(-END_BYTES) : Buffer.concat([this.tail, bytes]).subarray(-END_BYTES);
+  }
+
+  /** Answered once the line ended, so that an id written after the params is found too. */
+  private refuseLongLine(): void {
+    const id = leadingId(this.head) ?? trailingId(this.tail.toString("utf8"));
+    this.head = "";
+    this.tail = Buffer.alloc(0);
     this.refuse(
-      leadingId(head),
+      id,
       -32600,
       `The message is larger than ${this.maxLineBytes} bytes, the most airlock serve takes over stdio`,
     );
@@ -136,8 +153,20 @@ function leadingId(head: string): RequestId | undefined {
   const match = /^\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*\s*"id"\s*:\s*(-?\d+|"[^"\\]*")\s*[,}]/.exec(
     head,
   );
-  if (match === null) return undefined;
-  const id = JSON.parse(match[1] as string) as RequestId;
+  return match === null ? undefined : parseId(match[1] as string);
+}
+
+/**
+ * The id of a message whose text ends with its id: the member before the line's last brace, which closes the
+ * top-level object, is one of that object's own.
+ */
+function trailingId(tail: string): RequestId | undefined {
+  const match = /[{,]\s*"id"\s*:\s*(-?\d+|"[^"\\]*")\s*\}\s*$/.exec(tail);
+  return match === null ? undefined : parseId(match[1] as string);
+}
+
+function parseId(text: string): RequestId | undefined {
+  const id = JSON.parse(text) as RequestId;
   return typeof id === "number" && !Number.isSafeInteger(id) ? undefined : id;
 }
 
