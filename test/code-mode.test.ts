@@ -192,6 +192,19 @@ const adapter: ClosableSandboxAdapter = createQuickJsSandboxAdapter({ poolSize: 
 const mode = createCodeMode({ adapter, invokeTool: allowAll });
 afterAll(() => adapter.close());
 
+/** A code mode that allows every call and keeps the context each call gave its broker. */
+function spying() {
+  const contexts: Parameters<CodeModeInvokeTool>[2][] = [];
+  const spy = createCodeMode({
+    adapter,
+    invokeTool: (tool, input, context) => {
+      contexts.push(context);
+      return allowAll(tool, input, context);
+    },
+  });
+  return { spy, contexts };
+}
+
 function codeOf(outcome: CodeExecutionOutcome<unknown>): string {
   return outcome.status === "succeeded" ? "OK" : outcome.error.code;
 }
@@ -514,14 +527,7 @@ describe("execution outcomes", () => {
   });
 
   it("gives the broker the trusted context: run, call id, scope, signal and the program digest", async () => {
-    const contexts: Parameters<CodeModeInvokeTool>[2][] = [];
-    const spy = createCodeMode({
-      adapter,
-      invokeTool: (tool, input, context) => {
-        contexts.push(context);
-        return allowAll(tool, input, context);
-      },
-    });
+    const { spy, contexts } = spying();
     const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 5 })).output.value`);
     const outcome = await spy.execute(program, {}, { runId: "r-ctx", executionId: "e-ctx", scope: SCOPE });
     expect(outcome).toMatchObject({ status: "succeeded", output: 5 });
@@ -533,6 +539,87 @@ describe("execution outcomes", () => {
     expect(context?.scope).toEqual(SCOPE);
     expect(Object.isFrozen(context?.scope)).toBe(true);
     expect(context?.signal.aborted).toBe(true);
+  });
+});
+
+describe("hostile brokers, callers and programs", () => {
+  it("makes a call OUTCOME_UNKNOWN when the broker's outcome throws as it is read, keeping its text from the program", async () => {
+    const leaky = createCodeMode({
+      adapter,
+      invokeTool: () => ({
+        status: "succeeded",
+        get output(): never {
+          throw new Error("db password=hunter2");
+        },
+      }),
+    });
+    const program = makeProgram(
+      `async (input, tools) => { try { const r = await tools.call("echo", { value: 1 }); return r.status + ":" + r.error.code; } catch (e) { return "caught:" + e.message; } }`,
+    );
+    const outcome = await leaky.execute(program, {}, run());
+    // Before, the getter's error reached the program, which caught it, and the run succeeded with no unknown call.
+    // Now it is what a broker that throws gives: the call's outcome, and so the execution's, is unknown.
+    expect(outcome).toMatchObject({ status: "outcome_unknown", error: { code: "OUTCOME_UNKNOWN" } });
+    expect(outcome.usage).toMatchObject({ toolCalls: 1, unknownCalls: 1, unknownCostMicros: echo.costMicros });
+    expect(JSON.stringify(outcome)).not.toContain("hunter2");
+  });
+
+  it("refuses an executionId whose call ids would be too long, instead of failing every call", async () => {
+    const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 1 })).status`);
+    const longest = 256 - 1 - String(LIMITS.maxToolCalls).length;
+    const refused = await mode.execute(program, {}, run({ executionId: "x".repeat(longest + 1) }));
+    expect(refused).toMatchObject({ status: "failed", error: { code: "INVALID_CONFIG" } });
+    if (refused.status !== "succeeded") expect(refused.error.message).toContain(`1-${longest} characters`);
+    const fits = await mode.execute(program, {}, run({ executionId: "y".repeat(longest) }));
+    expect(fits).toMatchObject({ status: "succeeded", output: "succeeded" });
+  });
+
+  it("reads the caller's options once: changing them while the run goes on changes nothing", async () => {
+    const { spy, contexts } = spying();
+    const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 1 })).status`);
+    const options = { runId: "r-once", executionId: `once-${++sequence}`, scope: SCOPE };
+    const pending = spy.execute(program, {}, options);
+    Object.assign(options, { runId: 42, executionId: { not: "a string" } });
+    expect(await pending).toMatchObject({ status: "succeeded", output: "succeeded" });
+    expect(contexts[0]).toMatchObject({ runId: "r-once", callId: `${`once-${sequence}`}:1` });
+  });
+
+  it("fails a program that overran cpuMillis inside one long built-in, even if it then finished", async () => {
+    const program = makeProgram(
+      `async () => { let a = []; for (let i = 0; i < 100000; i++) a = [a]; try { JSON.stringify(a); } catch (e) { return "caught " + e.name; } return "done"; }`,
+      { limits: { cpuMillis: 100, wallTimeMillis: 60_000 } },
+    );
+    const outcome = await mode.execute(program, {}, run());
+    expect(outcome).toMatchObject({ status: "failed", error: { code: "LIMIT_EXCEEDED" } });
+    if (outcome.status !== "succeeded") expect(outcome.error.message).toContain("cpuMillis");
+  });
+
+  it.each([
+    ["NaN", "0 / 0"],
+    ["Infinity", "1 / 0"],
+    ["a Set", "new Set([1, 2])"],
+    ["a Map inside an object", "({ m: new Map([[1, 2]]) })"],
+    ["undefined in an array", "[1, undefined]"],
+    ["a function in an array", "[() => 1]"],
+    ["an instance of a class", "new (class Point { constructor() { this.x = 1; } })()"],
+  ])(
+    "refuses a program output holding %s as INVALID_OUTPUT, instead of turning it into other data",
+    async (_, value) => {
+      const outcome = await mode.execute(makeProgram(`async () => ({ average: ${value} })`), {}, run());
+      expect(codeOf(outcome)).toBe("INVALID_OUTPUT");
+    },
+  );
+
+  it("keeps JSON's own rules for undefined object members and toJSON", async () => {
+    const outcome = await mode.execute(
+      makeProgram(`async () => ({ a: 1, gone: undefined, at: new Date(0), nested: Object.create(null) })`),
+      {},
+      run(),
+    );
+    expect(outcome).toMatchObject({
+      status: "succeeded",
+      output: { a: 1, at: "1970-01-01T00:00:00.000Z", nested: {} },
+    });
   });
 });
 

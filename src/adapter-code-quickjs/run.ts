@@ -1,7 +1,10 @@
 /**
  * Runs a program of the code-mode executor on any launcher of the sandbox core (worker pool, protocol). The
  * program's source is wrapped so that its return value is turned into JSON text inside the VM: a value that is not
- * JSON (a BigInt, a cycle, `undefined`, a function) is reported as `invalid_output`, and a text over the program's
+ * JSON (a BigInt, a cycle, `undefined`, a function, a number that is not finite, a Map or other object that is not a
+ * plain object or array, `undefined` or a function in an array) is reported as `invalid_output` rather than turned
+ * into other data (`NaN` into `null`, a Set into `{}`); `undefined` object members are left out, as JSON does, and
+ * values with `toJSON` (a Date) are what it returns. A text over the program's
  * `maxOutputBytes` is cut to one character more than the limit before it leaves the VM, so the host never holds an
  * oversized output. The executor checks the text again; a program that forges the wrapper's answer only fails itself.
  */
@@ -13,16 +16,22 @@ import { runProgram } from "../host/program.ts";
 export const VM_WALL_SLACK_MS = 1_000;
 
 /**
- * `stringify` is captured before the program runs. The wrapper and the program share line 1, so line numbers in the
- * program's stack stay exact; the program's source is evaluated outside the wrapper's scope.
+ * The intrinsics the wrapper uses are captured before the program runs. The wrapper and the program share line 1, so
+ * line numbers in the program's stack stay exact; the program's source is evaluated outside the wrapper's scope.
  */
 export function wrapProgramSource(source: string, maxOutputBytes: number): string {
   return (
-    `((stringify, program) => async (input, tools) => { const value = await program(input, tools); let json; ` +
-    `try { json = stringify(value); } catch { return { r: "not_json" }; } ` +
+    `((stringify, isFinite, isArray, protoOf, plain, program) => { ` +
+    `const strict = function (key, v) { ` +
+    `if (typeof v === "number") { if (!isFinite(v)) throw 0; } ` +
+    `else if (v === undefined || typeof v === "function" || typeof v === "symbol") { if (isArray(this)) throw 0; } ` +
+    `else if (typeof v === "object" && v !== null && !isArray(v)) { const p = protoOf(v); if (p !== plain && p !== null) throw 0; } ` +
+    `return v; }; ` +
+    `return async (input, tools) => { const value = await program(input, tools); let json; ` +
+    `try { json = stringify(value, strict); } catch { return { r: "not_json" }; } ` +
     `if (typeof json !== "string") return { r: "not_json" }; ` +
-    `return json.length > ${maxOutputBytes} ? { j: json.slice(0, ${maxOutputBytes + 1}) } : { j: json }; })` +
-    `(JSON.stringify, ${source}\n)`
+    `return json.length > ${maxOutputBytes} ? { j: json.slice(0, ${maxOutputBytes + 1}) } : { j: json }; }; })` +
+    `(JSON.stringify, Number.isFinite, Array.isArray, Object.getPrototypeOf, Object.prototype, ${source}\n)`
   );
 }
 

@@ -250,16 +250,24 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
       }
       const unknownKey = unknownOption(executeOptions, "execute", EXECUTE_KEYS);
       if (unknownKey !== undefined) return refuse("INVALID_CONFIG", unknownKey);
-      const { executionId } = executeOptions;
-      if (!isId(executionId))
-        return refuse("INVALID_CONFIG", `executionId must be a string of 1-${MAX_ID_CHARS} characters`);
+      // Read once: the caller changing its object later (or a getter answering differently) changes nothing.
+      const options: CodeExecuteOptions = { ...executeOptions };
+      const { executionId } = options;
+      // Call ids are `${executionId}:${n}` and must be ids too.
+      const maxChars = MAX_ID_CHARS - 1 - String(program.limits.maxToolCalls).length;
+      if (!isId(executionId) || executionId.length > maxChars) {
+        return refuse(
+          "INVALID_CONFIG",
+          `executionId must be a string of 1-${maxChars} characters (its call ids, executionId:n, have at most ${MAX_ID_CHARS})`,
+        );
+      }
       if (!ids.claim(executionId)) {
         return refuse("CONFLICT", "the executionId is running or was used by a recent execution; use a new one");
       }
       claimed = executionId;
       // The input is copied before execute() returns: the caller changing it later changes nothing.
       const copied = tryCopyJson(input, { maxBytes: program.limits.maxInputBytes });
-      const run = new Execution(program, adapter, invokeTool, executeOptions, maximumCostMicros, maxToolResultBytes);
+      const run = new Execution(program, adapter, invokeTool, options, maximumCostMicros, maxToolResultBytes);
       return run
         .start(copied)
         .catch(() =>
@@ -662,11 +670,25 @@ class Execution {
   private accept(tool: AnyTool, value: unknown): ToolCallResult {
     const recorded = costOfOutcome(value);
     if (typeof value !== "object" || value === null) return this.unknown(tool.costMicros);
-    const { status } = value as { status?: unknown };
+    // Each field is read once, here: a getter that throws (or answers differently the second time) makes the
+    // outcome unknown, as a broker that throws does, and its error never reaches the program.
+    let status: unknown;
+    let output: unknown;
+    let error: { code?: unknown; message?: unknown } | undefined;
+    try {
+      status = (value as { status?: unknown }).status;
+      if (status === "succeeded") output = (value as { output?: unknown }).output;
+      else {
+        const found = (value as { error?: unknown }).error as { code?: unknown; message?: unknown } | undefined;
+        error = found === undefined || found === null ? undefined : { code: found.code, message: found.message };
+      }
+    } catch {
+      return this.unknown(tool.costMicros);
+    }
     let result: ToolCallResult;
     if (status === "succeeded") {
       const remaining = Math.max(1, this.resultBudget - this.resultBytes);
-      const copied = tryCopyJson((value as { output?: unknown }).output, { maxBytes: remaining }, { freeze: true });
+      const copied = tryCopyJson(output, { maxBytes: remaining }, { freeze: true });
       this.usage.knownCostMicros += recorded?.spentMicros ?? tool.costMicros;
       if (!copied.ok) {
         if (copied.error.rule === "bytes") {
@@ -685,7 +707,6 @@ class Execution {
         result = Object.freeze({ status: "succeeded" as const, output: copied.json.value });
       }
     } else {
-      const error = (value as { error?: unknown }).error as { code?: unknown; message?: unknown } | undefined;
       const code = error?.code;
       if (
         (status !== "failed" && status !== "blocked" && status !== "cancelled" && status !== "outcome_unknown") ||

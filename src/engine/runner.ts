@@ -457,6 +457,13 @@ export class VmRunner {
         this.options.onLongTurn?.(null);
       }
     }
+    // A native built-in (a huge JSON.stringify or sort) computes without interrupt checks: a CPU limit it overran is
+    // found here, and the run fails with it even if it finished in this turn.
+    const cpuLimit = run.request.cpuLimitMs;
+    if (!run.ended && cpuLimit !== null && run.cpuMs > cpuLimit && run.stopReason === undefined && !run.fatal) {
+      run.stopReason = "cpu";
+      run.result = undefined;
+    }
     if (!run.ended) {
       if (run.stopReason !== undefined && run.result === undefined) this.end(run, this.stoppedResult(run));
       else if (run.fatal) this.end(run, { ok: false, error: run.fatal, cpuMs: run.cpuMs, during: run.during });
