@@ -232,6 +232,51 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     expect((await run.result).ok).toBe(true);
   });
 
+  it("never calls a hook inside deliver(), so a hook may count its deliveries after making them", async () => {
+    let seq = 0;
+    const run: CodemodeRun = sandbox.start(
+      "let s = 0; for (let i = 0; i < 3; i++) s += await tools.lookup(i); return s;",
+      {
+        ...options,
+        onCall: (call) => {
+          // Inline, this delivery ran the VM at once and called onCall for the next call before seq moved on.
+          run.deliver(seq + 1, options.startedAt, call.id, { ok: true, value: 10 });
+          seq++;
+        },
+      },
+    );
+    expect(await run.result).toMatchObject({ ok: true, value: 30 });
+  });
+
+  it("answers thousands of calls delivered from onCall without growing the stack", async () => {
+    let seq = 0;
+    const run: CodemodeRun = sandbox.start(
+      "let n = 0; for (let i = 0; i < 4000; i++) n += await tools.lookup(i); return n;",
+      { ...options, onCall: (call) => run.deliver(++seq, options.startedAt, call.id, { ok: true, value: 1 }) },
+    );
+    // Inline, each delivery nested the next call's turn in the last one's: the stack overflowed near 1,700 calls.
+    expect(await run.result).toMatchObject({ ok: true, value: 4000 });
+  });
+
+  it("replays results recorded out of order from inside onCall: calls issued in one turn are all known to it", async () => {
+    const code =
+      "const [a, b, c] = await Promise.all([tools.lookup(1), tools.lookup(2), tools.lookup(3)]); return [a, b, c];";
+    // Call 1 got result number 3, call 2 number 1, call 3 number 2.
+    const recorded = new Map([
+      [1, 3],
+      [2, 1],
+      [3, 2],
+    ]);
+    const run: CodemodeRun = sandbox.start(code, {
+      ...options,
+      onCall: (call) => {
+        const seq = recorded.get(call.id) as number;
+        run.deliver(seq, options.startedAt + seq, call.id, { ok: true, value: call.id * 10 });
+      },
+    });
+    expect(await run.result).toMatchObject({ ok: true, value: [10, 20, 30] });
+  });
+
   it("ends the run, and only it, with a sandbox error naming a hook that throws", async () => {
     for (const hook of ["onStarted", "onCall", "onIdle"] as const) {
       const run = sandbox.start("return await tools.lookup(1);", {

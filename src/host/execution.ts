@@ -78,20 +78,7 @@ export class Execution {
       return;
     }
     options.onStart?.(this);
-    // A deterministic run's hooks get its events only once start() has returned the run they may deliver to (inline,
-    // the first turn runs inside launch()); the others come later anyway.
-    const early: VmEvent[] | undefined = options.handler.kind === "deterministic" ? [] : undefined;
-    let launching = true;
-    this.run = launcher.launch(options.request, (event) => {
-      if (launching && early) early.push(event);
-      else this.onEvent(event);
-    });
-    launching = false;
-    if (early && early.length > 0) {
-      queueMicrotask(() => {
-        for (const event of early) this.onEvent(event);
-      });
-    }
+    this.run = launcher.launch(options.request, (event) => this.onEvent(event));
     if (this.finished) {
       // Ended while the run started (inline, its first turn runs inside launch(): a hook failed, or a tool closed the
       // sandbox), when it could not be stopped yet.
@@ -136,13 +123,30 @@ export class Execution {
     this.run?.stop("aborted");
   }
 
-  /** A hook of a deterministic run that throws ends this run with an error naming it, never the host. */
+  /** Hooks of a deterministic run waiting for their turn (see callHook), and its end if it came after them. */
+  private readonly hooks: (() => void)[] = [];
+
+  /**
+   * Runs a hook of a deterministic run from a promise job, in order: once start() has returned the run the hooks may
+   * deliver to (inline, the first turn runs inside launch()), once every event that came with this one is known (a
+   * result for any call the VM issued in that turn can be delivered), and never inside deliver() (inline, a delivery
+   * runs the VM at once), so that hooks behave alike on every launcher and the stack does not grow with each call.
+   * A hook that throws ends this run with an error naming it, never the host.
+   */
   private callHook(hook: "onStarted" | "onCall" | "onIdle", call: () => void): void {
-    try {
-      call();
-    } catch (error) {
-      this.fail(`the ${hook} hook threw: ${errorMessage(error)}`);
-    }
+    this.hooks.push(() => {
+      try {
+        call();
+      } catch (error) {
+        this.fail(`the ${hook} hook threw: ${errorMessage(error)}`);
+      }
+    });
+    if (this.hooks.length > 1) return;
+    queueMicrotask(() => {
+      // Hooks queued by these hooks' deliveries join this loop instead of nesting.
+      for (let i = 0; i < this.hooks.length; i++) (this.hooks[i] as () => void)();
+      this.hooks.length = 0;
+    });
   }
 
   /** Deterministic runs: answers call `id` as result `seq`. */
@@ -199,9 +203,13 @@ export class Execution {
         if (handler.kind === "deterministic") this.callHook("onIdle", () => handler.onIdle?.(event.seq, event.issued));
         break;
       }
-      case "done":
-        this.finish(this.toResult(event.result));
+      case "done": {
+        const result = this.toResult(event.result);
+        // After the hooks of the run's last events: a hook that throws still ends it with its error.
+        if (this.hooks.length > 0) this.hooks.push(() => this.finish(result));
+        else this.finish(result);
         break;
+      }
     }
   }
 

@@ -25,8 +25,23 @@ export type ChildMessage =
   /** The run whose turn has computed for LONG_TURN_MS (null: that turn ended); see the pool's stop grace. */
   | { type: "busy"; exec: number | null };
 
+/**
+ * Messages leave in batches: everything one turn of the VM produced is one write, so that the host sees the calls a
+ * turn issued together (a deterministic run's hooks may deliver to any of them) and the child makes one syscall.
+ */
+let outbox: Buffer[] = [];
+
 function send(message: VmEvent | ChildMessage): void {
-  process.stdout.write(encodeFrame(message));
+  if (outbox.push(encodeFrame(message)) === 1) queueMicrotask(flush);
+}
+
+/** Writes what is queued, then `message` if given (at once: a turn that computes gives no microtask a chance). */
+function flush(message?: ChildMessage): void {
+  if (message !== undefined) outbox.push(encodeFrame(message));
+  if (outbox.length === 0) return;
+  const frames = outbox;
+  outbox = [];
+  process.stdout.write(frames.length === 1 ? (frames[0] as Buffer) : Buffer.concat(frames));
 }
 
 function parseConfig(text: string | undefined): ChildConfig {
@@ -60,7 +75,7 @@ function main(): void {
       if (event.type === "done") checkCpu();
     },
     // Written synchronously (stdout is a pipe), from inside the turn: the host reads it while the turn goes on.
-    onLongTurn: (exec) => send({ type: "busy", exec }),
+    onLongTurn: (exec) => flush({ type: "busy", exec }),
   });
   let retired = false;
   const checkCpu = () => {
