@@ -434,6 +434,40 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(result.ok && Object.keys(result.storeWrites.set).sort()).toEqual(["again", "k1", "k2", "k3"]);
     });
 
+    it("counts keys toward the total, and cannot be tricked past it by a toJSON that calls store()", async () => {
+      const keyed = await run(`
+        const out = [];
+        try { store("k".repeat(${MAX_STORE_TOTAL_CHARS}), 1); out.push("ok"); } catch (e) { out.push(e.name); }
+        for (let i = 0; i < 5; i++) { try { store(i + "k".repeat(${MAX_STORE_VALUE_CHARS} - 8), 1); out.push("ok"); } catch (e) { out.push(e.name); } }
+        return out;`);
+      // Before, keys were not counted: a key of any length, and any number of them, left the VM.
+      expect(keyed.ok && keyed.value).toEqual(["RangeError", "ok", "ok", "ok", "ok", "RangeError"]);
+      const part = "y".repeat(MAX_STORE_VALUE_CHARS - 10);
+      const tricked = await run(`
+        const part = "y".repeat(${MAX_STORE_VALUE_CHARS} - 10);
+        const out = [];
+        for (let i = 0; i < 8; i++) {
+          // Deleting the key while its value turns into JSON took its size off the total a second time.
+          const value = { toJSON() { store("k" + i, undefined); return part; } };
+          try { store("k" + i, part); store("k" + i, value); out.push("ok"); } catch (e) { out.push(e.name); }
+        }
+        return out;`);
+      expect(tricked.ok && tricked.value).toEqual([...Array(4).fill("ok"), ...Array(4).fill("RangeError")]);
+      const written = tricked.ok ? Object.entries(tricked.storeWrites.set) : [];
+      expect(written.reduce((n, [key, value]) => n + key.length + JSON.stringify(value).length, 0)).toBeLessThanOrEqual(
+        MAX_STORE_TOTAL_CHARS,
+      );
+      expect(part.length).toBe(MAX_STORE_VALUE_CHARS - 10);
+    });
+
+    it("writes nothing for deleting a key the store does not hold", async () => {
+      const result = await run(
+        "for (let i = 0; i < 1000; i++) store('absent' + i, undefined); store('held', undefined); return 1;",
+        { store: { held: 1 } },
+      );
+      expect(result.ok && result.storeWrites).toEqual({ set: {}, delete: ["held"] });
+    });
+
     it("lets a script shrink a store the host handed in past the total limit, but not grow it", async () => {
       const part = "y".repeat(MAX_STORE_VALUE_CHARS - 10);
       const store = { k0: part, k1: part, k2: part, k3: part, k4: part, k5: part };

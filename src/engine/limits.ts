@@ -8,7 +8,7 @@ export const MAX_OUTPUT_CHARS = 16 * 1024 * 1024;
 export const MAX_OUTPUT_ITEMS = 100_000;
 /** Characters of JSON one `store()` value may have. */
 export const MAX_STORE_VALUE_CHARS = 256 * 1024;
-/** Characters of JSON all stored values together may have. */
+/** Characters all stored keys and the JSON of their values together may have. */
 export const MAX_STORE_TOTAL_CHARS = 1024 * 1024;
 /** Characters of JSON one value crossing the VM boundary may have: tool arguments, tool results, the return value. */
 export const MAX_VALUE_CHARS = 16 * 1024 * 1024;

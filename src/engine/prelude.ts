@@ -280,20 +280,26 @@ export const PRELUDE_SOURCE = `(function () {
   function store(key, value) {
     if (typeof key !== "string") throw new TypeErrorCtor("store(key, value): key must be a string");
     if (finished) return;
+    // The value becomes JSON first: its toJSON may call store() itself, and the sizes below must be read after that.
+    const json = value === undefined ? undefined : stringify(value);
+    if (value !== undefined && json === undefined) {
+      throw new TypeErrorCtor("store(" + stringify(key) + ") value is not JSON-serializable");
+    }
     const previous = apply(mapGet, storeValues, [key]);
-    const previousSize = previous === undefined ? 0 : previous.length;
-    if (value === undefined) {
+    // A key counts with its value: the store leaves the VM as key-value pairs.
+    const previousSize = previous === undefined ? 0 : key.length + previous.length;
+    if (json === undefined) {
+      // Deleting a key the store does not hold writes nothing (and so cannot grow the writes without bound).
+      if (previous === undefined) return;
       apply(mapDelete, storeValues, [key]);
       apply(mapSet, storeWrites, [key, undefined]);
       storeTotal -= previousSize;
       return;
     }
-    const json = stringify(value);
-    if (json === undefined) throw new TypeErrorCtor("store(" + stringify(key) + ") value is not JSON-serializable");
     if (json.length > MAX_STORE_VALUE_CHARS) {
       throw new RangeErrorCtor("store(" + stringify(key) + ") value has " + json.length + " characters of JSON, more than the limit of " + MAX_STORE_VALUE_CHARS + ". store() is for small state such as IDs or summaries; keep large data in variables.");
     }
-    const total = storeTotal - previousSize + json.length;
+    const total = storeTotal - previousSize + key.length + json.length;
     // A host may hand in a store already past the limit: a write that does not grow it is still allowed.
     if (total > MAX_STORE_TOTAL_CHARS && total > storeTotal) {
       throw new RangeErrorCtor("store(" + stringify(key) + ") would bring the store to " + total + " characters of JSON, more than the limit of " + MAX_STORE_TOTAL_CHARS + ". Delete keys with store(key, undefined) first.");
@@ -474,7 +480,7 @@ export const PRELUDE_SOURCE = `(function () {
     for (let i = 0; i < storeKeys.length; i++) {
       const json = values[storeKeys[i]];
       apply(mapSet, storeValues, [storeKeys[i], json]);
-      storeTotal += json.length;
+      storeTotal += storeKeys[i].length + json.length;
     }
   }
 
