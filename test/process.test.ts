@@ -125,6 +125,17 @@ describe("the child channel (framed, strictly validated)", () => {
     expect((await sandbox.execute("fine")).ok).toBe(true);
   });
 
+  it("sends a new execution to a child that is not stopping a run, which may get it killed", async () => {
+    const sandbox = make({ childEntry: badChild, poolSize: 2, timeoutMs: 10_000 });
+    await sandbox.warm();
+    // The first child holds two runs; the second one run, which times out and is never answered.
+    const held = [sandbox.execute("silent"), sandbox.execute("silent", { timeoutMs: 100 }), sandbox.execute("silent")];
+    expect(await held[1]).toMatchObject({ ok: false, error: { kind: "timeout" } });
+    // Before, this went to the second child (fewer runs), which was killed 250 ms after the stop, failing it.
+    const next = await sandbox.execute("slow");
+    expect(next).toMatchObject({ ok: true, value: 1 });
+  });
+
   it("kills a child whose stopped run is the one it says it computes", async () => {
     const sandbox = make({ childEntry: badChild, timeoutMs: 100 });
     await sandbox.warm();

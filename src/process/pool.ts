@@ -244,6 +244,12 @@ class PoolChild {
     return undefined;
   }
 
+  /** Whether a run here was told to stop and has not ended yet. */
+  stopping(): boolean {
+    for (const entry of this.runs.values()) if (entry.stopping) return true;
+    return false;
+  }
+
   addRun(exec: number, entry: ChildRunEntry): void {
     if (this.runs.size === 0 && this.booted) this.setRef(true);
     this.runs.set(exec, entry);
@@ -381,10 +387,17 @@ export class ProcessPool implements Launcher {
     };
   }
 
-  /** The live child with the fewest runs; one that failed to boot is restarted here, on demand. */
+  /**
+   * The live child with the fewest runs, preferring one that is not stopping a run (it may be killed when that run
+   * does not stop in time, and a new run there with it); one that failed to boot is restarted here, on demand.
+   */
   private pick(): PoolChild {
+    const better = (c: PoolChild, than: PoolChild) => {
+      const stopping = Number(c.stopping()) - Number(than.stopping());
+      return stopping !== 0 ? stopping < 0 : c.runs.size < than.runs.size;
+    };
     let best = this.children[0] as PoolChild;
-    for (const c of this.children) if (!c.dead && (best.dead || c.runs.size < best.runs.size)) best = c;
+    for (const c of this.children) if (!c.dead && (best.dead || better(c, best))) best = c;
     if (best.dead) {
       const index = this.children.indexOf(best);
       best = this.spawn();
