@@ -277,6 +277,27 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
     expect(await run.result).toMatchObject({ ok: true, value: [10, 20, 30] });
   });
 
+  it("runs nothing for a TypeScript script that does not parse: no hook, and finished at once", async () => {
+    const typed = make({ typescript: true });
+    try {
+      const hooks: string[] = [];
+      const run = typed.start("const x: number = ;", {
+        ...options,
+        onStarted: () => hooks.push("onStarted"),
+        onCall: () => hooks.push("onCall"),
+      });
+      // Before, an empty script was launched anyway: onStarted fired, and finished followed that hidden run.
+      expect(run.finished).toBe(true);
+      const result = await run.result;
+      expect(!result.ok && result.error.name).toBe("SyntaxError");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(hooks).toEqual([]);
+      expect(() => run.deliver(1, 0, 1, { ok: true, value: 1 })).toThrow("deliver(): the run has finished");
+    } finally {
+      await typed.close();
+    }
+  });
+
   it("ends the run, and only it, with a sandbox error naming a hook that throws", async () => {
     for (const hook of ["onStarted", "onCall", "onIdle"] as const) {
       const run = sandbox.start("return await tools.lookup(1);", {

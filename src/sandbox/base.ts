@@ -276,21 +276,23 @@ export abstract class CodemodeSandboxBase {
       { startedAt: options.startedAt, seed: options.seed },
       runConfiguration({ tools, globals, deterministic: true, program: false }),
     );
-    const execution = this.closed
-      ? undefined
-      : new Execution(this.launcher, {
-          request,
-          handler: {
-            kind: "deterministic",
-            onStarted: options.onStarted,
-            onCall: options.onCall,
-            onIdle: options.onIdle,
-          },
-          signal: options.signal,
-          timeoutMs,
-          onStart: (e) => this.executions.add(e),
-          onEnd: (e) => this.executions.delete(e),
-        });
+    // A script that did not compile (TypeScript) has its result already: nothing runs, and no hook is called.
+    const execution =
+      this.closed || typeof script !== "string"
+        ? undefined
+        : new Execution(this.launcher, {
+            request,
+            handler: {
+              kind: "deterministic",
+              onStarted: options.onStarted,
+              onCall: options.onCall,
+              onIdle: options.onIdle,
+            },
+            signal: options.signal,
+            timeoutMs,
+            onStart: (e) => this.executions.add(e),
+            onEnd: (e) => this.executions.delete(e),
+          });
     const result =
       typeof script !== "string"
         ? Promise.resolve(script)
@@ -303,7 +305,11 @@ export abstract class CodemodeSandboxBase {
         return execution?.finished ?? true;
       },
       deliver: (seq, now, id, outcome) => {
-        if (!execution) throw new Error("deliver(): the sandbox is closed");
+        if (!execution) {
+          throw new Error(
+            typeof script === "string" ? "deliver(): the sandbox is closed" : "deliver(): the run has finished",
+          );
+        }
         execution.deliver(seq, now, id, outcome);
       },
     };
