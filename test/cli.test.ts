@@ -408,7 +408,8 @@ describe("run", () => {
         { type: "text", text: "texted" },
       ],
       calls: [{ name: "echo", status: "ok", durationMs: expect.any(Number) }],
-      storeWrites: { set: { kept: { x: 1 } }, delete: ["gone"] },
+      // "gone" was not in the store (no --store): deleting it writes nothing.
+      storeWrites: { set: { kept: { x: 1 } }, delete: [] },
     });
   });
 
