@@ -45,6 +45,13 @@ function fakeLaunch(answer: (message: QuickJsHostMessage, reply: (message: unkno
   return { state, launch };
 }
 
+/** A `done` message of a run that returned `value` (the program wrapper's `{ j }` envelope). */
+const doneMessage = (exec: number, value: unknown) => ({
+  type: "done",
+  exec,
+  result: { ok: true, value: JSON.stringify({ j: JSON.stringify(value) }), writes: undefined, cpuMs: 0, during: null },
+});
+
 const echo = echoTool(0);
 const broker: CodeModeInvokeTool = (tool, input, context) =>
   invokeTool(tool, input, {
@@ -204,6 +211,56 @@ describe("the QuickJS protocol adapter", () => {
     }).execute(program("async () => 1"), null, run());
     expect(codeOf(outcome)).toBe("TOOL_FAILED");
     await failingLaunch.close();
+  });
+
+  it("fails runs of a transport whose handlers cannot be registered, and the host stays up", async () => {
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => rejections.push(reason);
+    process.on("unhandledRejection", onRejection);
+    try {
+      const broken: [string, (t: QuickJsProtocolTransport) => QuickJsProtocolTransport][] = [
+        ["onClose is not a function", (t) => ({ ...t, onClose: true }) as never],
+        [
+          "onClose throws",
+          (t) => ({
+            ...t,
+            onClose: () => {
+              throw new Error("cannot watch close");
+            },
+          }),
+        ],
+        [
+          "onMessage throws",
+          (t) => ({
+            ...t,
+            onMessage: () => {
+              throw new Error("cannot subscribe");
+            },
+          }),
+        ],
+      ];
+      for (const [name, wrap] of broken) {
+        const fake = fakeLaunch((m, reply) => m.type === "run" && reply(doneMessage(m.request.exec, 1)));
+        const fakeAdapter = createQuickJsProtocolAdapter({
+          id: "fake",
+          version: "1",
+          launch: () => wrap(fake.launch()),
+        });
+        const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
+        const started = Date.now();
+        const outcome = await mode.execute(program("async () => 1"), null, run());
+        expect(codeOf(outcome), name).toBe("TOOL_FAILED");
+        expect(Date.now() - started, name).toBeLessThan(2_000);
+        // What was launched is ended.
+        expect(fake.state.closes, name).toBe(1);
+        expect(fake.state.runsSent, name).toBe(0);
+        await fakeAdapter.close();
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(rejections).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onRejection);
+    }
   });
 
   it("serves only program runs on the VM side", async () => {

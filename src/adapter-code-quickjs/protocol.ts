@@ -92,26 +92,38 @@ class Connection {
       .then(launch)
       .then(
         (transport) => {
-          if (
-            typeof transport !== "object" ||
-            transport === null ||
-            typeof transport.send !== "function" ||
-            typeof transport.onMessage !== "function" ||
-            typeof transport.close !== "function"
-          ) {
-            this.kill("launch() did not return { send, onMessage, close }");
+          if (typeof transport !== "object" || transport === null) {
+            this.kill("launch() did not return { send, onMessage, onClose?, close }");
             return;
           }
-          this.transport = transport;
+          // Whatever was launched is ended when the connection is killed, also when the rest of it is unusable.
+          if (typeof transport.close === "function") this.transport = transport;
           if (this.dead) {
             this.closeTransport();
             return;
           }
-          transport.onMessage((message) => this.onMessage(message));
-          transport.onClose?.(() => this.kill("the VM side closed the connection"));
+          const wrong = ["send", "onMessage", "onClose", "close"].find((key) => {
+            const value = (transport as unknown as Record<string, unknown>)[key];
+            return typeof value !== "function" && (key !== "onClose" || value !== undefined);
+          });
+          if (wrong !== undefined) {
+            this.kill(`launch() returned a transport whose ${wrong} is not a function`);
+            return;
+          }
+          // A handler that cannot be registered leaves the connection deaf or blind: it fails like a failed launch().
+          let registering = "onMessage";
+          try {
+            transport.onMessage((message) => this.onMessage(message));
+            registering = "onClose";
+            transport.onClose?.(() => this.kill("the VM side closed the connection"));
+          } catch {
+            this.kill(`launch() returned a transport whose ${registering}() threw`);
+          }
         },
         () => this.kill("launch() failed"),
-      );
+      )
+      // A transport whose getters throw: never an unhandled rejection that takes the host down.
+      .catch(() => this.kill("launch() returned a transport that could not be used"));
   }
 
   private onMessage(message: unknown): void {
