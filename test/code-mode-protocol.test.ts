@@ -22,15 +22,21 @@ const children: ChildRecord[] = [];
 const launchChild = () => launchVmSideChild(children);
 
 /** A VM side written by the test: `answer` sees every host message and may reply. */
-function fakeLaunch(answer: (message: QuickJsHostMessage, reply: (message: unknown) => void) => void, hello?: unknown) {
-  const state = { launches: 0, closes: 0, runsSent: 0 };
+function fakeLaunch(
+  answer: (message: QuickJsHostMessage, reply: (message: unknown) => void) => void,
+  hello?: unknown,
+  helloDelayMs = 1,
+) {
+  const state = { launches: 0, closes: 0, runsSent: 0, sent: [] as QuickJsHostMessage[] };
   const launch = (): QuickJsProtocolTransport => {
     state.launches++;
     let deliver: (message: unknown) => void = () => {};
     const reply = (message: unknown) => setTimeout(() => deliver(message), 1);
-    reply(hello ?? { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, engine: 1 });
+    const ready = { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, engine: 1 };
+    setTimeout(() => deliver(hello ?? ready), helloDelayMs);
     return {
       send: (message) => {
+        state.sent.push(message);
         if (message.type === "run") state.runsSent++;
         answer(message, reply);
       },
@@ -261,6 +267,29 @@ describe("the QuickJS protocol adapter", () => {
     } finally {
       process.off("unhandledRejection", onRejection);
     }
+  });
+
+  it("drops a run stopped before it was sent, without touching its siblings or the VM side", async () => {
+    // The VM side takes longer to boot than the stop grace: a stop sent then would close the connection.
+    const fake = fakeLaunch(
+      (m, reply) => m.type === "run" && reply(doneMessage(m.request.exec, "ran")),
+      undefined,
+      800,
+    );
+    const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
+    const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
+    const controller = new AbortController();
+    const stopped = mode.execute(program("async () => 1"), null, run(controller.signal));
+    const sibling = mode.execute(program("async () => 2"), null, run());
+    setTimeout(() => controller.abort(), 20);
+    expect((await stopped).status).toBe("cancelled");
+    expect(await sibling).toMatchObject({ status: "succeeded", output: "ran" });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Only the sibling's run went out: no stop, and the stopped run was never sent once the VM side was up.
+    expect(fake.state.sent.map((m) => m.type)).toEqual(["run"]);
+    expect(fake.state.closes).toBe(0);
+    expect(fake.state.launches).toBe(1);
+    await fakeAdapter.close();
   });
 
   it("serves only program runs on the VM side", async () => {

@@ -61,8 +61,13 @@ export interface QuickJsServerTransport {
   onMessage(handler: (message: unknown) => void): void;
 }
 
+/** A run on a connection; `sent` once its `run` message went out (a run stopped before that is never sent). */
+interface ProtocolRunEntry extends RunEntry {
+  sent: boolean;
+}
+
 class Connection {
-  readonly runs = new Map<number, RunEntry>();
+  readonly runs = new Map<number, ProtocolRunEntry>();
   readonly ready: Promise<void>;
   dead = false;
   /** Runs told to stop whose end has not arrived yet; new runs go to another connection meanwhile. */
@@ -228,11 +233,12 @@ export class ProtocolLauncher implements Launcher {
       return { settle: () => {}, stop: () => {} };
     }
     const connection = this.current();
-    const entry: RunEntry = { onEvent };
+    const entry: ProtocolRunEntry = { onEvent, sent: false };
     connection.runs.set(exec, entry);
     connection.ready.then(
       () => {
         if (!connection.runs.has(exec)) return;
+        entry.sent = true;
         const { configuration: _, ...run } = request;
         connection.send({ type: "run", request: { ...run, tools: [], globals: [], exec, slot: 0 } });
       },
@@ -244,6 +250,11 @@ export class ProtocolLauncher implements Launcher {
       },
       stop: (reason) => {
         if (!connection.runs.has(exec) || entry.stopTimer) return;
+        if (!entry.sent) {
+          // The VM side has not seen the run (it may still be booting): dropped, with nothing to stop or wait for.
+          connection.finishRun(exec, entry);
+          return;
+        }
         connection.send({ type: "stop", exec, reason });
         connection.stopping++;
         // A VM side busy computing cannot read the stop; it is closed if the run does not end in time.
