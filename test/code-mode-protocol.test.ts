@@ -188,6 +188,22 @@ describe("the QuickJS protocol adapter", () => {
         fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 2, engine: 1 }),
       ],
       ["a failed boot", fakeLaunch(() => {}, { type: "failed", message: "no wasm" })],
+      [
+        "another engine version",
+        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, engine: 999 }),
+      ],
+      [
+        "a handshake with an unknown field",
+        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, engine: 1, extra: true }),
+      ],
+      [
+        "run id 0, never issued",
+        fakeLaunch((m, reply) => {
+          if (m.type !== "run") return;
+          reply({ type: "call", exec: 0, id: 1, target: "tool", name: "echo", args: "{}" });
+          reply(doneMessage(m.request.exec, 1));
+        }),
+      ],
     ];
     for (const [name, fake] of misbehaving) {
       const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });

@@ -66,12 +66,30 @@ interface ProtocolRunEntry extends RunEntry {
   sent: boolean;
 }
 
+const READY_FIELDS = ["type", "protocol", "version", "engine"];
+
+/** The handshake, with exact fields: this protocol, its version, and the version of the run messages. */
+function isReady(message: unknown): boolean {
+  if (typeof message !== "object" || message === null || Array.isArray(message)) return false;
+  const m = message as Record<string, unknown>;
+  return (
+    Object.keys(m).every((key) => READY_FIELDS.includes(key)) &&
+    m.type === "ready" &&
+    m.protocol === QUICKJS_PROTOCOL &&
+    m.version === QUICKJS_PROTOCOL_VERSION &&
+    m.engine === QUICKJS_ENGINE_VERSION
+  );
+}
+
 class Connection {
   readonly runs = new Map<number, ProtocolRunEntry>();
   readonly ready: Promise<void>;
   dead = false;
   /** Runs told to stop whose end has not arrived yet; new runs go to another connection meanwhile. */
   stopping = 0;
+  /** The lowest and highest run ids sent to this VM side (each connection's runs are sent in id order). */
+  firstSent = 0;
+  lastSent = 0;
   /** No longer the launcher's current connection: closed once its last run ended. */
   private retired = false;
   private booted = false;
@@ -80,10 +98,7 @@ class Connection {
   private markReady!: () => void;
   private markFailed!: () => void;
 
-  constructor(
-    private readonly owner: ProtocolLauncher,
-    launch: () => QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>,
-  ) {
+  constructor(launch: () => QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>) {
     this.ready = new Promise<void>((resolve, reject) => {
       this.markReady = resolve;
       this.markFailed = () => reject(new Error("the VM side is not available"));
@@ -133,13 +148,13 @@ class Connection {
 
   private onMessage(message: unknown): void {
     if (this.dead) return;
-    const m = message as { type?: unknown; protocol?: unknown; version?: unknown } | null;
     if (!this.booted) {
-      if (m?.type === "ready" && m.protocol === QUICKJS_PROTOCOL && m.version === QUICKJS_PROTOCOL_VERSION) {
+      if (isReady(message)) {
         this.booted = true;
         clearTimeout(this.bootTimer);
         this.markReady();
       } else {
+        const m = message as { type?: unknown } | null;
         this.kill(m?.type === "failed" ? "the VM side could not boot" : "the VM side speaks another protocol");
       }
       return;
@@ -153,9 +168,10 @@ class Connection {
       return;
     }
     const entry = this.runs.get(event.exec);
-    if (!entry) {
-      // Late traffic of a run the host stopped is expected; a run id it never issued is not.
-      if (event.exec > this.owner.lastExec) this.kill("the VM side sent a message for an unknown run");
+    if (!entry?.sent) {
+      // Late traffic of a run the host ended is expected; a run id it never sent to this VM side is not.
+      const late = !entry && this.firstSent > 0 && event.exec >= this.firstSent && event.exec <= this.lastSent;
+      if (!late) this.kill("the VM side sent a message for a run it was never sent");
       return;
     }
     if (event.type === "done") this.finishRun(event.exec, entry);
@@ -207,7 +223,7 @@ class Connection {
 
 /** A launcher of the sandbox core whose VM side is reached through `launch()`. */
 export class ProtocolLauncher implements Launcher {
-  lastExec = 0;
+  private lastExec = 0;
   private connection: Connection | undefined;
   private closed = false;
 
@@ -221,7 +237,7 @@ export class ProtocolLauncher implements Launcher {
     const connection = this.connection;
     if (!connection || connection.dead || connection.stopping > 0) {
       if (connection && !connection.dead) connection.retire();
-      this.connection = new Connection(this, this.launchTransport);
+      this.connection = new Connection(this.launchTransport);
     }
     return this.connection as Connection;
   }
@@ -239,6 +255,8 @@ export class ProtocolLauncher implements Launcher {
       () => {
         if (!connection.runs.has(exec)) return;
         entry.sent = true;
+        if (connection.firstSent === 0) connection.firstSent = exec;
+        connection.lastSent = exec;
         const { configuration: _, ...run } = request;
         connection.send({ type: "run", request: { ...run, tools: [], globals: [], exec, slot: 0 } });
       },
