@@ -119,6 +119,16 @@ describe("the QuickJS protocol adapter", () => {
     });
     expect(createCodeMode({ adapter: production, invokeTool: broker }).adapter.qualification).toBe("production");
     expect(() => createQuickJsProtocolAdapter({ id: "x", version: "1" } as never)).toThrow(AirlockError);
+    // A misspelt option never leaves its default (here the `test` qualification) in place unnoticed.
+    expect(() =>
+      createQuickJsProtocolAdapter({ id: "x", version: "1", launch: launchChild, qualfication: "production" } as never),
+    ).toThrowError(
+      expect.objectContaining({
+        code: "INVALID_CONFIG",
+        message:
+          'createQuickJsProtocolAdapter has no option "qualfication" (it takes id, version, qualification, launch, isAvailable)',
+      }),
+    );
   });
 
   it("runs programs and their tool calls in the child process", async () => {

@@ -280,6 +280,12 @@ describe("programs", () => {
     expect(() => createCodeMode({ adapter, invokeTool: allowAll, maxToolResultByte: 10 } as never)).toThrowError(
       expect.objectContaining({ code: "INVALID_CONFIG", message: expect.stringMatching(/"maxToolResultByte"/) }),
     );
+    expect(() => createQuickJsSandboxAdapter({ poolsize: 1 } as never)).toThrowError(
+      expect.objectContaining({
+        code: "INVALID_CONFIG",
+        message: 'createQuickJsSandboxAdapter has no option "poolsize" (it takes poolSize, maxVmsPerWorker, wasmPath)',
+      }),
+    );
     const misspelt = await mode.execute(program, {}, { ...run(), signa: AbortSignal.timeout(1) } as never);
     expect(misspelt).toMatchObject({
       status: "failed",

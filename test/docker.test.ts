@@ -11,6 +11,7 @@ import {
   CONTAINER_ENTRY,
   checkDockerOptions,
   createDockerQuickJsSandboxAdapter,
+  DockerConfigError,
   type DockerSandboxOptions,
   PROVENANCE_LABEL,
   runArgs,
@@ -160,8 +161,23 @@ describe("docker CLI arguments", () => {
     ["a host with spaces", { host: "tcp://a b" }, /host must be/],
     ["a relative seccomp profile", { seccompProfile: "seccomp.json" }, /absolute path of a JSON profile/],
     ["a zero limit", { limits: { pids: 0 } }, /limits.pids/],
+    [
+      "a misspelt runtime option",
+      { runTime: "runsc" },
+      /^the docker adapter has no option "runTime" \(it takes dockerPath, image, provenance, host, runtime, seccompProfile, limits\)$/,
+    ],
+    ["a misspelt seccomp option", { seccomp: "/etc/airlock/seccomp.json" }, /has no option "seccomp"/],
+    [
+      "a misspelt limit",
+      { limits: { memory: 64 * 1024 * 1024 } },
+      /^limits has no limit "memory" \(it takes pids, openFiles, cpus, memoryBytes, tmpfsBytes\)$/,
+    ],
+    ["limits that are a list", { limits: [] }, /limits must be an object/],
   ])("refuses %s", (_, extra, message) => {
     expect(() => checkDockerOptions({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(message);
+    expect(() => checkDockerOptions({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(
+      DockerConfigError,
+    );
     expect(() => createDockerQuickJsSandboxAdapter({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(
       message,
     );

@@ -6,6 +6,8 @@
  * never pulled: `--pull=never`); its provenance label must carry the exact `sha256:` digest the host expects.
  */
 
+import { optionKeys, unknownOption } from "../options.ts";
+
 /** Label an image built for this adapter carries: the sha256 digest of the Airlock package it was built from. */
 export const PROVENANCE_LABEL = "dev.airlock.provenance";
 /** Where the image keeps Airlock's container entry (see the Dockerfile in the module's documentation). */
@@ -63,8 +65,28 @@ export class DockerConfigError extends Error {
   override readonly name = "DockerConfigError";
 }
 
+const DOCKER_OPTION_KEYS = optionKeys<DockerSandboxOptions>({
+  dockerPath: true,
+  image: true,
+  provenance: true,
+  host: true,
+  runtime: true,
+  seccompProfile: true,
+  limits: true,
+});
+const DOCKER_LIMIT_KEYS = optionKeys<DockerLimits>({
+  pids: true,
+  openFiles: true,
+  cpus: true,
+  memoryBytes: true,
+  tmpfsBytes: true,
+});
+
 export function checkDockerOptions(options: DockerSandboxOptions): CheckedDockerOptions {
   if (options === null || typeof options !== "object") throw new DockerConfigError("options must be an object");
+  // A misspelt `runTime` or `seccomp` would leave gVisor or the profile off without a word.
+  const unknown = unknownOption(options, "the docker adapter", DOCKER_OPTION_KEYS);
+  if (unknown !== undefined) throw new DockerConfigError(unknown);
   const { dockerPath, image, provenance, host, runtime, seccompProfile } = options;
   if (typeof dockerPath !== "string" || !dockerPath.startsWith("/") || dockerPath.includes("\0")) {
     throw new DockerConfigError("dockerPath must be the absolute path of the docker CLI (PATH is never searched)");
@@ -86,10 +108,12 @@ export function checkDockerOptions(options: DockerSandboxOptions): CheckedDocker
   }
   const limits = { ...DEFAULT_DOCKER_LIMITS };
   if (options.limits !== undefined) {
-    if (options.limits === null || typeof options.limits !== "object") {
+    if (options.limits === null || typeof options.limits !== "object" || Array.isArray(options.limits)) {
       throw new DockerConfigError("limits must be an object");
     }
-    for (const key of Object.keys(DEFAULT_DOCKER_LIMITS) as (keyof DockerLimits)[]) {
+    const unknownLimit = unknownOption(options.limits, "limits", DOCKER_LIMIT_KEYS, "limit");
+    if (unknownLimit !== undefined) throw new DockerConfigError(unknownLimit);
+    for (const key of DOCKER_LIMIT_KEYS as (keyof DockerLimits)[]) {
       const value = options.limits[key];
       if (value === undefined) continue;
       const ok =

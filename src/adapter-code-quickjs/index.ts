@@ -18,6 +18,7 @@ import {
 } from "../code-mode/adapter.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { WorkerPool } from "../host/worker-pool.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
 import { ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
 import { executeOnLauncher } from "./run.ts";
@@ -55,6 +56,18 @@ export interface QuickJsSandboxAdapterOptions {
   wasmPath?: string;
 }
 
+const SANDBOX_OPTION_KEYS = optionKeys<QuickJsSandboxAdapterOptions>({
+  poolSize: true,
+  maxVmsPerWorker: true,
+  wasmPath: true,
+});
+
+/** A misspelt option (`poolsize`, `maxVms`) must not leave its default in place unnoticed. */
+function refuseUnknown(options: object, what: string, known: readonly string[]): void {
+  const unknown = unknownOption(options, what, known);
+  if (unknown !== undefined) throw configError(unknown);
+}
+
 function positive(value: unknown, field: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > 1024) {
@@ -69,6 +82,7 @@ function positive(value: unknown, field: string, fallback: number): number {
  */
 export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOptions = {}): ClosableSandboxAdapter {
   if (typeof options !== "object" || options === null) throw configError("options must be an object");
+  refuseUnknown(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS);
   const size = positive(options.poolSize, "poolSize", Math.min(2, Math.max(1, availableParallelism())));
   const maxVmsPerWorker = positive(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
   const wasmPath = options.wasmPath;
@@ -122,11 +136,20 @@ export interface QuickJsProtocolAdapterOptions {
   isAvailable?(): boolean | Promise<boolean>;
 }
 
+const PROTOCOL_OPTION_KEYS = optionKeys<QuickJsProtocolAdapterOptions>({
+  id: true,
+  version: true,
+  qualification: true,
+  launch: true,
+  isAvailable: true,
+});
+
 /** Runs programs on Airlock's VM side inside a sandbox of your own, over the versioned protocol of PROTOCOL.md. */
 export function createQuickJsProtocolAdapter(options: QuickJsProtocolAdapterOptions): ClosableSandboxAdapter {
   if (typeof options !== "object" || options === null) {
     throw configError("createQuickJsProtocolAdapter needs { id, version, launch }");
   }
+  refuseUnknown(options, "createQuickJsProtocolAdapter", PROTOCOL_OPTION_KEYS);
   const { launch, isAvailable } = options;
   if (typeof launch !== "function") throw configError("launch must be a function");
   if (isAvailable !== undefined && typeof isAvailable !== "function")
