@@ -160,6 +160,7 @@ describe("docker CLI arguments", () => {
     ["an unknown runtime", { runtime: "kata" }, /runtime must be/],
     ["a host with spaces", { host: "tcp://a b" }, /host must be/],
     ["a relative seccomp profile", { seccompProfile: "seccomp.json" }, /absolute path of a JSON profile/],
+    ["a seccomp profile with a NUL byte", { seccompProfile: "/etc/airlock/seccomp.json\0" }, /^seccompProfile must be/],
     ["a zero limit", { limits: { pids: 0 } }, /limits.pids/],
     [
       "a misspelt runtime option",

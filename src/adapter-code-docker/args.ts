@@ -103,7 +103,11 @@ export function checkDockerOptions(options: DockerSandboxOptions): CheckedDocker
   if (runtime !== undefined && runtime !== "runsc" && runtime !== "runc") {
     throw new DockerConfigError("runtime must be 'runsc' or 'runc'");
   }
-  if (seccompProfile !== undefined && (typeof seccompProfile !== "string" || !seccompProfile.startsWith("/"))) {
+  // A NUL would pass here and make every `docker run` spawn fail, with nothing naming the option.
+  if (
+    seccompProfile !== undefined &&
+    (typeof seccompProfile !== "string" || !seccompProfile.startsWith("/") || seccompProfile.includes("\0"))
+  ) {
     throw new DockerConfigError("seccompProfile must be the absolute path of a JSON profile");
   }
   const limits = { ...DEFAULT_DOCKER_LIMITS };
