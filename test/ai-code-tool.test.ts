@@ -90,7 +90,11 @@ describe("createCodeTool", () => {
     expect(() => createCodeTool({ tools: {}, timeout: 5 } as never)).toThrow(
       'createCodeTool has no option "timeout" (it takes tools, sandbox, timeoutMs, description)',
     );
-    expect(() => createCodeTool({ tools: {}, timeoutMs: 0 })).toThrow("timeoutMs must be a positive number");
+    expect(() => createCodeTool({ tools: {}, timeoutMs: 0 })).toThrow("timeoutMs must be a positive finite number");
+    // The model would be told "at most Infinity ms", and a program could run forever.
+    expect(() => createCodeTool({ tools: {}, timeoutMs: Number.POSITIVE_INFINITY })).toThrow(
+      "timeoutMs must be a positive finite number of ms, got Infinity",
+    );
   });
 
   it("declares the callable tools in its description", () => {

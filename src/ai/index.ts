@@ -32,7 +32,7 @@ export interface CreateCodeToolOptions {
    * created on the first run and released by `close()`.
    */
   sandbox?: CodemodeSandboxBase;
-  /** Deadline of one run in ms, tool calls included; a program's `timeout_ms` can only lower it. */
+  /** Deadline of one run in ms (finite), tool calls included; a program's `timeout_ms` can only lower it. */
   timeoutMs?: number;
   /** Replaces the first paragraph of the description (what the tool is for); the rules and declarations follow. */
   description?: string;
@@ -74,8 +74,9 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
     optionKeys<CreateCodeToolOptions>({ tools: true, sandbox: true, timeoutMs: true, description: true }),
   );
   const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
-  if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
-    throw new RangeError(`timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`);
+  // Finite: the model is told the deadline in ms, and a code tool without one would let a program run forever.
+  if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+    throw new RangeError(`timeoutMs must be a positive finite number of ms, got ${String(timeoutMs)}`);
   }
   const callable = selectTools(options.tools);
   const byName = new Map(callable.map((entry) => [entry.name, entry]));
