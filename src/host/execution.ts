@@ -143,9 +143,12 @@ export class Execution {
     });
     if (this.hooks.length > 1) return;
     queueMicrotask(() => {
-      // Hooks queued by these hooks' deliveries join this loop instead of nesting.
-      for (let i = 0; i < this.hooks.length; i++) (this.hooks[i] as () => void)();
-      this.hooks.length = 0;
+      try {
+        // Hooks queued by these hooks' deliveries join this loop instead of nesting.
+        for (let i = 0; i < this.hooks.length; i++) (this.hooks[i] as () => void)();
+      } finally {
+        this.hooks.length = 0;
+      }
     });
   }
 
