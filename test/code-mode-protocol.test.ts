@@ -97,6 +97,13 @@ const run = (signal?: AbortSignal) => ({
   signal,
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
+/** A handshake of engine `engine` (2 sends `busy`; 1 is the version before it, which the host still takes). */
+const readyOf = (engine: number) => ({
+  type: "ready",
+  protocol: QUICKJS_PROTOCOL,
+  version: QUICKJS_PROTOCOL_VERSION,
+  engine,
+});
 
 describe("the QuickJS protocol adapter", () => {
   const adapter = createQuickJsProtocolAdapter({ id: "child-process", version: "1", launch: launchChild });
@@ -316,6 +323,41 @@ describe("the QuickJS protocol adapter", () => {
     expect(fake.state.closes).toBe(0);
     expect(fake.state.launches).toBe(1);
     await fakeAdapter.close();
+  });
+
+  it("takes busy messages of engine 2 for open runs, and closes a VM side that sends a bad one", async () => {
+    const good = fakeLaunch((m, reply) => {
+      if (m.type !== "run") return;
+      reply({ type: "busy", exec: m.request.exec });
+      reply({ type: "busy", exec: null });
+      reply(doneMessage(m.request.exec, "ran"));
+    }, readyOf(2));
+    const goodAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: good.launch });
+    const goodMode = createCodeMode({ adapter: goodAdapter, invokeTool: broker, allowTestAdapter: true });
+    expect(await goodMode.execute(program("async () => 1"), null, run())).toMatchObject({ output: "ran" });
+    expect(good.state.closes).toBe(0);
+    await goodAdapter.close();
+
+    const bad: [string, unknown, (exec: number) => unknown][] = [
+      ["a run it was never sent", readyOf(2), (exec) => ({ type: "busy", exec: exec + 1000 })],
+      ["run id 0", readyOf(2), () => ({ type: "busy", exec: 0 })],
+      ["an exec that is not a number", readyOf(2), (exec) => ({ type: "busy", exec: String(exec) })],
+      ["no exec", readyOf(2), () => ({ type: "busy" })],
+      ["an unknown field", readyOf(2), (exec) => ({ type: "busy", exec, extra: true })],
+      ["an engine 1 VM side", readyOf(1), (exec) => ({ type: "busy", exec })],
+    ];
+    for (const [name, hello, busy] of bad) {
+      const fake = fakeLaunch((m, reply) => {
+        if (m.type !== "run") return;
+        reply(busy(m.request.exec));
+        reply(doneMessage(m.request.exec, "ran"));
+      }, hello);
+      const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
+      const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
+      expect(codeOf(await mode.execute(program("async () => 1"), null, run())), name).toBe("TOOL_FAILED");
+      expect(fake.state.closes, name).toBe(1);
+      await fakeAdapter.close();
+    }
   });
 
   it("serves only program runs on the VM side", async () => {

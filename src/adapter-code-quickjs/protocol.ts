@@ -23,8 +23,10 @@ import { PROGRAM_CONFIGURATION } from "../host/program.ts";
 /** Name and version of the message protocol; either side refuses a peer that announces another. */
 export const QUICKJS_PROTOCOL = "airlock.quickjs";
 export const QUICKJS_PROTOCOL_VERSION = 1;
-/** Version of the run, settle and stop messages this protocol carries (announced as `engine`). */
-export const QUICKJS_ENGINE_VERSION = 1;
+/** Version of the run, settle, stop and busy messages this protocol carries (announced as `engine`); 2 added `busy`. */
+export const QUICKJS_ENGINE_VERSION = 2;
+/** The host also takes a VM side of engine 1: one that never says it is busy, so a stop it cannot read closes it. */
+const ACCEPTED_ENGINE_VERSIONS: readonly number[] = [1, QUICKJS_ENGINE_VERSION];
 /** Time a launched VM side has to announce itself. */
 export const PROTOCOL_BOOT_TIMEOUT_MS = 15_000;
 /** Time the VM side has to end a run it was told to stop, before the connection is closed. */
@@ -43,6 +45,8 @@ export type QuickJsHostMessage =
 export type QuickJsVmMessage =
   | { type: "ready"; protocol: typeof QUICKJS_PROTOCOL; version: number; engine: number }
   | { type: "failed"; message: string }
+  /** The run whose turn has computed for LONG_TURN_MS (null: that turn ended); engine 2 and later. */
+  | { type: "busy"; exec: number | null }
   | Extract<VmEvent, { type: "call" | "done" }>;
 
 /** The host's end of a connection that `launch()` returns. Messages are plain JSON-compatible objects. */
@@ -68,17 +72,20 @@ interface ProtocolRunEntry extends RunEntry {
 
 const READY_FIELDS = ["type", "protocol", "version", "engine"];
 
-/** The handshake, with exact fields: this protocol, its version, and the version of the run messages. */
-function isReady(message: unknown): boolean {
-  if (typeof message !== "object" || message === null || Array.isArray(message)) return false;
+/**
+ * The handshake, with exact fields: this protocol, its version, and an accepted version of the run messages, which it
+ * returns (undefined: not a handshake the host takes).
+ */
+function readyEngine(message: unknown): number | undefined {
+  if (typeof message !== "object" || message === null || Array.isArray(message)) return undefined;
   const m = message as Record<string, unknown>;
-  return (
+  const ok =
     Object.keys(m).every((key) => READY_FIELDS.includes(key)) &&
     m.type === "ready" &&
     m.protocol === QUICKJS_PROTOCOL &&
     m.version === QUICKJS_PROTOCOL_VERSION &&
-    m.engine === QUICKJS_ENGINE_VERSION
-  );
+    ACCEPTED_ENGINE_VERSIONS.includes(m.engine as number);
+  return ok ? (m.engine as number) : undefined;
 }
 
 class Connection {
@@ -90,6 +97,10 @@ class Connection {
   /** The lowest and highest run ids sent to this VM side (each connection's runs are sent in id order). */
   firstSent = 0;
   lastSent = 0;
+  /** The run whose turn the VM side said has been computing for a while (a `busy` message); null otherwise. */
+  busyExec: number | null = null;
+  /** The engine version the VM side announced; 1 never sends `busy`. */
+  private engine = 0;
   /** No longer the launcher's current connection: closed once its last run ended. */
   private retired = false;
   private booted = false;
@@ -149,7 +160,9 @@ class Connection {
   private onMessage(message: unknown): void {
     if (this.dead) return;
     if (!this.booted) {
-      if (isReady(message)) {
+      const engine = readyEngine(message);
+      if (engine !== undefined) {
+        this.engine = engine;
         this.booted = true;
         clearTimeout(this.bootTimer);
         this.markReady();
@@ -157,6 +170,11 @@ class Connection {
         const m = message as { type?: unknown } | null;
         this.kill(m?.type === "failed" ? "the VM side could not boot" : "the VM side speaks another protocol");
       }
+      return;
+    }
+    const m = message as Record<string, unknown> | null;
+    if (typeof m === "object" && m !== null && !Array.isArray(m) && m.type === "busy") {
+      this.onBusy(m);
       return;
     }
     let event: VmEvent;
@@ -178,8 +196,25 @@ class Connection {
     entry.onEvent(event);
   }
 
+  /** A `busy` message: exact fields, and exec null or a run open on this connection; anything else breaks it. */
+  private onBusy(m: Record<string, unknown>): void {
+    const unknown = Object.keys(m).find((key) => key !== "type" && key !== "exec");
+    const exec = m.exec;
+    let wrong: string | undefined;
+    if (this.engine < 2) wrong = `a busy message from a VM side of engine ${this.engine}, which has none`;
+    else if (unknown !== undefined) wrong = `a busy message with an unknown field "${unknown}"`;
+    else if (exec !== null && typeof exec !== "number") wrong = "a busy message whose exec is not a number or null";
+    else if (exec !== null && !this.runs.get(exec)?.sent) wrong = `a busy message for run ${exec}, not open here`;
+    if (wrong !== undefined) {
+      this.kill(`the VM side broke the protocol: ${wrong}`);
+      return;
+    }
+    this.busyExec = exec as number | null;
+  }
+
   finishRun(exec: number, entry: RunEntry): void {
     this.runs.delete(exec);
+    if (this.busyExec === exec) this.busyExec = null;
     if (entry.stopTimer) {
       clearTimeout(entry.stopTimer);
       this.stopping--;
@@ -339,6 +374,15 @@ export function serveQuickJsProtocol(
     maxStackSize: options.maxStackSize ?? INLINE_MAX_STACK_SIZE,
     maxVms: options.maxVms ?? 8,
     emit: (event) => transport.send(event as QuickJsVmMessage),
+    // Sent from inside the turn: a transport that writes synchronously (stdout to a pipe) delivers it while the turn
+    // computes, so the host gives a stop queued behind it more time instead of closing the connection.
+    onLongTurn: (exec) => {
+      try {
+        transport.send({ type: "busy", exec });
+      } catch {
+        // Only a hint: a transport that cannot send it now must not break the turn (the host then closes on grace).
+      }
+    },
   });
   let isReady = false;
   const ready = runner.init().then(() => {
