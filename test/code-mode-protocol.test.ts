@@ -65,7 +65,7 @@ const broker: CodeModeInvokeTool = (tool, input, context) =>
     permissions: { allow: [`tool:${tool.id}`, `effect:${tool.effects}`] },
     budget: new Budget(0, 1_000),
   });
-const program = (source: string, cpuMillis = 1_000) =>
+const program = (source: string, cpuMillis = 1_000, wallTimeMillis = 10_000) =>
   defineCodeProgram({
     id: "p",
     version: "1",
@@ -79,7 +79,7 @@ const program = (source: string, cpuMillis = 1_000) =>
     tools: [echo],
     limits: {
       cpuMillis,
-      wallTimeMillis: 10_000,
+      wallTimeMillis,
       memoryBytes: 32 * 1024 * 1024,
       scratchBytes: 0,
       maxInputBytes: 4_096,
@@ -97,12 +97,19 @@ const run = (signal?: AbortSignal) => ({
   signal,
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** A handshake of engine `engine` (2 sends `busy`; 1 is the version before it, which the host still takes). */
 const readyOf = (engine: number) => ({
   type: "ready",
   protocol: QUICKJS_PROTOCOL,
   version: QUICKJS_PROTOCOL_VERSION,
   engine,
+});
+/** A `done` message of a run the VM side stopped. */
+const stoppedMessage = (exec: number, reason: "aborted" | "timeout") => ({
+  type: "done",
+  exec,
+  result: { ok: false, error: { kind: reason, message: "stopped" }, cpuMs: 0, during: null },
 });
 
 describe("the QuickJS protocol adapter", () => {
@@ -325,6 +332,61 @@ describe("the QuickJS protocol adapter", () => {
     await fakeAdapter.close();
   });
 
+  it("gives a stop more time while the VM side computes another run, which then completes", async () => {
+    const own: ChildRecord[] = [];
+    const received: { type?: unknown; exec?: unknown; result?: { error?: { kind?: unknown } } }[] = [];
+    const busyAdapter = createQuickJsProtocolAdapter({
+      id: "busy",
+      version: "1",
+      launch: () => {
+        const transport = launchVmSideChild(own);
+        return {
+          ...transport,
+          onMessage: (handler) =>
+            transport.onMessage((message) => {
+              received.push(message as (typeof received)[number]);
+              handler(message);
+            }),
+        };
+      },
+    });
+    // Tool calls that take longer than the whole test: the stopped runs wait on them.
+    const slow: CodeModeInvokeTool = async (tool, input, context) => {
+      await sleep(5_000);
+      return broker(tool, input, context);
+    };
+    const mode = createCodeMode({ adapter: busyAdapter, invokeTool: slow, allowTestAdapter: true });
+    try {
+      expect(await mode.execute(program("async () => 1"), null, run())).toMatchObject({ status: "succeeded" });
+      const controller = new AbortController();
+      const waiting = `async (i, tools) => tools.call("echo", { value: 1 })`;
+      const aborted = mode.execute(program(waiting), null, run(controller.signal));
+      const timedOut = mode.execute(program(waiting, 1_000, 300), null, run());
+      // 1.5 s of CPU, well within its limits: the VM side reads neither stop until this turn ends.
+      const computing = mode.execute(
+        program(`async () => { const end = Date.now() + 1500; while (Date.now() < end) {} return "done"; }`, 8_000),
+        null,
+        run(),
+      );
+      setTimeout(() => controller.abort(), 300);
+      // Each was cut off while a tool call was in flight, so the executor reports its outcome as unknown; the VM
+      // side's own end of each run (below) shows which stop it read.
+      expect((await aborted).status).toBe("outcome_unknown");
+      expect((await timedOut).status).toBe("outcome_unknown");
+      expect(await computing).toMatchObject({ status: "succeeded", output: "done" });
+      await sleep(100);
+      // The VM side said it was busy, then ended both stopped runs itself once the turn was over.
+      expect(received.some((m) => m.type === "busy" && typeof m.exec === "number")).toBe(true);
+      const stopped = received.filter((m) => m.type === "done" && m.result?.error !== undefined);
+      // The executor ends a run at its wall time by aborting it too, so both stops read "aborted".
+      expect(stopped.map((m) => m.result?.error?.kind)).toEqual(["aborted", "aborted"]);
+      expect(own).toHaveLength(1);
+      expect(own[0]?.killed).toBe(false);
+    } finally {
+      await busyAdapter.close();
+    }
+  });
+
   it("takes busy messages of engine 2 for open runs, and closes a VM side that sends a bad one", async () => {
     const good = fakeLaunch((m, reply) => {
       if (m.type !== "run") return;
@@ -358,6 +420,65 @@ describe("the QuickJS protocol adapter", () => {
       expect(fake.state.closes, name).toBe(1);
       await fakeAdapter.close();
     }
+  });
+
+  it("closes a VM side of engine 1, which never says it is busy, when a stop goes unanswered, as before", async () => {
+    // Run 1 waits forever; run 2 computes for 1.2 s (an engine 2 VM side says so); a stop is read only after that.
+    const scenario = async (engine: number) => {
+      let computedUntil = 0;
+      const fake = fakeLaunch((m, reply) => {
+        if (m.type === "run" && m.request.exec === 2) {
+          computedUntil = Date.now() + 1_200;
+          if (engine >= 2) reply({ type: "busy", exec: 2 });
+          setTimeout(() => reply(doneMessage(2, "computed")), 1_200);
+        }
+        if (m.type === "stop") {
+          setTimeout(() => reply(stoppedMessage(m.exec, m.reason)), Math.max(0, computedUntil - Date.now()) + 5);
+        }
+      }, readyOf(engine));
+      const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
+      const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
+      const controller = new AbortController();
+      const stopped = mode.execute(program("async () => 1"), null, run(controller.signal));
+      const computing = mode.execute(program("async () => 2"), null, run());
+      setTimeout(() => controller.abort(), 100);
+      const outcomes = [await stopped, await computing];
+      await fakeAdapter.close();
+      return { outcomes, closes: fake.state.closes, launches: fake.state.launches };
+    };
+    const old = await scenario(1);
+    expect(old.outcomes.map(codeOf)).toEqual(["CANCELLED", "TOOL_FAILED"]);
+    expect(old.closes).toBe(1);
+    // An engine 1 VM side still runs programs.
+    const plain = fakeLaunch((m, reply) => m.type === "run" && reply(doneMessage(m.request.exec, "ran")), readyOf(1));
+    const plainAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: plain.launch });
+    const plainMode = createCodeMode({ adapter: plainAdapter, invokeTool: broker, allowTestAdapter: true });
+    expect(await plainMode.execute(program("async () => 1"), null, run())).toMatchObject({ output: "ran" });
+    await plainAdapter.close();
+    // The same VM side at engine 2 says it is busy: the stop waits, and the computing run completes.
+    const current = await scenario(2);
+    expect(current.outcomes.map(codeOf)).toEqual(["CANCELLED", "OK"]);
+    expect(current.outcomes[1]).toMatchObject({ output: "computed" });
+    expect(current.launches).toBe(1);
+  });
+
+  it("still closes a VM side that computes the very run it was told to stop", async () => {
+    const fake = fakeLaunch(
+      (m, reply) => m.type === "run" && reply({ type: "busy", exec: m.request.exec }),
+      readyOf(2),
+    );
+    const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
+    const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
+    const controller = new AbortController();
+    const stopped = mode.execute(program("async () => { while (true) {} }", 8_000), null, run(controller.signal));
+    setTimeout(() => controller.abort(), 100);
+    expect(codeOf(await stopped)).toBe("CANCELLED");
+    expect(fake.state.sent.map((m) => m.type)).toEqual(["run", "stop"]);
+    expect(fake.state.closes).toBe(0);
+    // Its own deadline is what bounds a busy run: after one grace period the connection is closed.
+    await sleep(700);
+    expect(fake.state.closes).toBe(1);
+    await fakeAdapter.close();
   });
 
   it("serves only program runs on the VM side", async () => {

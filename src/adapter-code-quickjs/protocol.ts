@@ -212,6 +212,12 @@ class Connection {
     this.busyExec = exec as number | null;
   }
 
+  /** Whether the VM side computes an open run other than `exec`: a stop of `exec` waits behind that turn. */
+  computesAnother(exec: number): boolean {
+    const busy = this.busyExec;
+    return busy !== null && busy !== exec && this.runs.has(busy);
+  }
+
   finishRun(exec: number, entry: RunEntry): void {
     this.runs.delete(exec);
     if (this.busyExec === exec) this.busyExec = null;
@@ -310,11 +316,15 @@ export class ProtocolLauncher implements Launcher {
         }
         connection.send({ type: "stop", exec, reason });
         connection.stopping++;
-        // A VM side busy computing cannot read the stop; it is closed if the run does not end in time.
-        entry.stopTimer = setTimeout(
-          () => connection.kill("the VM side did not stop a run in time"),
-          PROTOCOL_STOP_GRACE_MS,
-        );
+        // A VM side busy computing cannot read the stop; it is closed if the run does not end in time, unless it
+        // said it computes another open run, whose own deadline bounds the wait: the stop then gets more time.
+        const arm = () => {
+          entry.stopTimer = setTimeout(() => {
+            if (connection.computesAnother(exec)) arm();
+            else connection.kill("the VM side did not stop a run in time");
+          }, PROTOCOL_STOP_GRACE_MS);
+        };
+        arm();
       },
     };
   }
