@@ -236,6 +236,36 @@ describe("createCodeTool", () => {
     expect(result.steps[1]?.toolResults[0]?.output).toEqual({ ok: true, output: [], value: 53.6 });
   });
 
+  it("cuts the text that comes back to the max_output_tokens of the program's options line, keeping images", async () => {
+    const program = [
+      '// @options: {"max_output_tokens": 20}',
+      'text("first line");',
+      'image({ type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" });',
+      'for (let i = 0; i < 200; i++) text("word ".repeat(10));',
+      "return { big: 'x'.repeat(1000) };",
+    ].join("\n");
+    const output = (await code.execute?.({ code: program }, { toolCallId: "cut", messages: [] })) as {
+      ok: boolean;
+      output: { type: string; text?: string }[];
+      value?: unknown;
+    };
+    // Before, the options line's max_output_tokens was accepted and ignored: all 10,000 characters came back.
+    expect(output.ok).toBe(true);
+    expect(output.output[0]).toEqual({ type: "text", text: "first line" });
+    expect(output.output.some((item) => item.type === "image")).toBe(true);
+    expect(output.output.at(-1)?.text).toMatch(
+      /^\[Output cut: the text above is the first 20 tokens \(.+\) of \d+ characters/,
+    );
+    const kept = output.output.flatMap((item) => (item.type === "text" ? [item.text ?? ""] : [])).slice(0, -1);
+    expect(kept.join("").length).toBeLessThan(200);
+    expect(output.value).toBeUndefined();
+    const small = await code.execute?.(
+      { code: '// @options: {"max_output_tokens": 2000}\ntext("hi"); return { a: 1 };' },
+      { toolCallId: "small", messages: [] },
+    );
+    expect(small).toEqual({ ok: true, output: [{ type: "text", text: "hi" }], value: { a: 1 } });
+  });
+
   it("sends images as image content and honours the abort signal", async () => {
     const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
     const model = new MockLanguageModelV3({

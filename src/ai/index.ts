@@ -172,7 +172,7 @@ function describe(purpose: string | undefined, declarations: string, timeoutMs: 
     "- tools.<name>(args) calls a tool with one object of arguments and resolves to its result; a failing tool rejects with an Error. Run independent calls together with Promise.all.",
     '- text(value) and console.log(...) print; image(img) shows an image ({ type: "image", data, mimeType } or a data: URL); the return value comes back last.',
     "- There is no fetch, require, import, process, file system or timers.",
-    `- An optional first line lowers the deadline: // @options: {"timeout_ms": 10000} (at most ${timeoutMs} ms).`,
+    `- An optional first line lowers the deadline and caps the text that comes back: // @options: {"timeout_ms": 10000, "max_output_tokens": 2000} (a deadline of at most ${timeoutMs} ms).`,
     "- A failed run gives the error kind (script, timeout, aborted, sandbox), its message and stack (codemode.js:<line>).",
     "",
     "```ts",
@@ -208,10 +208,12 @@ async function run(
 ): Promise<CodeToolResult> {
   let script: string;
   let timeoutMs = maxTimeoutMs;
+  let maxOutputTokens: number | undefined;
   try {
     const parsed = parseCodemodeSource(code);
     script = stripTypeScript(parsed.code);
     timeoutMs = Math.min(parsed.options.timeout_ms ?? timeoutMs, timeoutMs);
+    maxOutputTokens = parsed.options.max_output_tokens;
   } catch (error) {
     if (!(error instanceof CodemodeSourceError)) throw error;
     const stack =
@@ -291,9 +293,48 @@ async function run(
     // Calls still running when the program ended are cancelled.
     for (const controller of controllers) controller.abort(new Error("the program ended before the call finished"));
   }
-  return result.ok
+  const answer: CodeToolResult = result.ok
     ? { ok: true, output: result.output, ...(result.value === undefined ? {} : { value: result.value }) }
     : { ok: false, output: result.output, error: result.error };
+  return maxOutputTokens === undefined ? answer : cutOutput(answer, maxOutputTokens);
+}
+
+/**
+ * The program's text (output, then the value as the model reads it) cut to the first `maxTokens` tokens that its
+ * `// @options: {"max_output_tokens": N}` line asked for, with a note; images are kept. The tokenizer is loaded only
+ * when the text may be longer than that.
+ */
+async function cutOutput(answer: CodeToolResult, maxTokens: number): Promise<CodeToolResult> {
+  const value = answer.ok && answer.value !== undefined ? valueText(answer.value) : undefined;
+  const texts = answer.output.flatMap((item) => (item.type === "image" ? [] : [item.text]));
+  if (value !== undefined) texts.push(value);
+  const { cutToTokens, tokenUnit } = await import("../mcp/tokens.ts");
+  const { texts: kept, cut } = await cutToTokens(texts, maxTokens);
+  if (!cut) return answer;
+  let i = 0;
+  const output: CodemodeOutputItem[] = [];
+  for (const item of answer.output) {
+    if (item.type === "image") output.push(item);
+    else {
+      const text = kept[i++] as string;
+      if (text !== "") output.push({ ...item, text });
+    }
+  }
+  const total = texts.reduce((sum, text) => sum + text.length, 0);
+  const keptValue = value === undefined ? undefined : (kept[i] as string);
+  output.push({
+    type: "text",
+    text: `[Output cut: the text above is the first ${maxTokens} tokens (${await tokenUnit()}) of ${total} characters, as the // @options line asked.]`,
+  });
+  if (!answer.ok) return { ...answer, output };
+  // A value cut short is the text the model would have read, up to the cut; one kept whole stays as it was.
+  if (keptValue === undefined || keptValue === "") return { ok: true, output };
+  return { ok: true, output, value: keptValue === value ? answer.value : keptValue };
+}
+
+/** A value as toModelOutput gives it to the model. */
+function valueText(value: unknown): string {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
 }
 
 async function callTool(entry: Callable, args: unknown, options: ToolExecutionOptions): Promise<unknown> {
@@ -338,10 +379,7 @@ function toModelOutput(output: CodeToolResult): ToolResultOutput {
   }
   flush();
   if (output.ok && output.value !== undefined) {
-    value.push({
-      type: "text",
-      text: typeof output.value === "string" ? output.value : JSON.stringify(output.value, null, 2),
-    });
+    value.push({ type: "text", text: valueText(output.value) });
   }
   if (value.length === 0) value.push({ type: "text", text: "(The program printed nothing and returned undefined.)" });
   return { type: "content", value };
