@@ -616,6 +616,21 @@ describe("hostile brokers, callers and programs", () => {
     },
   );
 
+  it("gives a program standard JavaScript and its tools argument, and no script globals", async () => {
+    const outcome = await mode.execute(
+      makeProgram(
+        `async (input, t) => [typeof tools, typeof ALL_TOOLS, typeof text, typeof console, typeof store, typeof t.call]`,
+      ),
+      {},
+      run(),
+    );
+    // Before, the script environment's ALL_TOOLS was still there, and `tools` named the wrapper's own parameter.
+    expect(outcome).toMatchObject({
+      status: "succeeded",
+      output: ["undefined", "undefined", "undefined", "undefined", "undefined", "function"],
+    });
+  });
+
   it("keeps JSON's own rules for undefined object members and toJSON", async () => {
     const outcome = await mode.execute(
       makeProgram(`async () => ({ a: 1, gone: undefined, at: new Date(0), nested: Object.create(null) })`),

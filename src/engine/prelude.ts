@@ -445,8 +445,11 @@ export const PRELUDE_SOURCE = `(function () {
       apply(arrayPush, identifiers, [tool.id]);
       apply(arrayPush, list, [freeze({ name: tool.id, description: tool.description })]);
     }
-    fixed("tools", freeze(tools));
-    fixed("ALL_TOOLS", freeze(list));
+    // A program reaches its tools through its argument only (see programTools).
+    if (!config.program) {
+      fixed("tools", freeze(tools));
+      fixed("ALL_TOOLS", freeze(list));
+    }
 
     const namespaces = O.create(null);
     for (let i = 0; i < config.globals.length; i++) {

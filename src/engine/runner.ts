@@ -676,12 +676,13 @@ function stopMessage(reason: StopReason): string {
   return reason === "aborted" ? "The execution was aborted" : DEADLINE_MESSAGE;
 }
 
+/** A program is called with its input and tools; no name of the wrapper's is in scope of its source. */
 function wrapperHead(request: RunRequest): string {
-  return request.program ? "(async function (input, tools) { return await (" : "(async function () {";
+  return request.program ? "(async function () { return await (" : "(async function () {";
 }
 
 function wrapperTail(request: RunRequest): string {
-  return request.program ? "\n)(input, tools); })" : "\n})";
+  return request.program ? "\n)(arguments[0], arguments[1]); })" : "\n})";
 }
 
 /** `stack` with the columns of line 1 counted from the script's first character rather than the wrapper's. */
