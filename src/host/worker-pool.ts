@@ -15,6 +15,7 @@ import {
   sandboxFailure,
   type VmEvent,
 } from "../engine/protocol.ts";
+import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
 import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "./launcher.ts";
 import type { WorkerData } from "./worker.ts";
@@ -56,6 +57,8 @@ class PoolWorker {
   readonly running = new Int32Array(new SharedArrayBuffer(4));
   private readonly laneBuffer = createLaneBuffer();
   private readonly lane = new HostLane(this.laneBuffer);
+  private readonly eventsBuffer = createEventLaneBuffer();
+  private readonly events = new HostEventLane(this.eventsBuffer, (json) => this.onMessage(JSON.parse(json)));
   readonly runs = new Map<number, PoolRunEntry>();
   private readonly freeSlots: number[] = [];
   readonly ready: Promise<void>;
@@ -74,6 +77,7 @@ class PoolWorker {
       stopFlags: this.flags,
       running: this.running,
       lane: this.laneBuffer,
+      events: this.eventsBuffer,
       maxStackSize: WORKER_MAX_STACK_SIZE,
       maxVms: options.maxVmsPerWorker,
     };
@@ -86,7 +90,10 @@ class PoolWorker {
       const onFirst = (message: unknown) => {
         const m = message as { type?: string; protocol?: number; message?: string };
         if (m?.type === "ready" && m.protocol === PROTOCOL_VERSION) {
-          this.worker.on("message", (event) => this.onMessage(event));
+          this.worker.on("message", (event) => {
+            this.events.messageArrived();
+            this.onMessage(event);
+          });
           this.booted = true;
           resolve();
         } else {
@@ -124,8 +131,12 @@ class PoolWorker {
     const commands = this.outbox;
     this.outbox = [];
     if (this.dead) return;
-    // Call results for a worker that waits on them go through the lane; everything else is posted.
-    if (commands.every((c) => c.type === "settle") && this.lane.handOff(JSON.stringify(commands))) return;
+    // Call results for a worker that waits on them go through the lane (and its next events, soon, through the event
+    // lane); everything else is posted.
+    if (commands.every((c) => c.type === "settle") && this.lane.handOff(JSON.stringify(commands))) {
+      this.events.poll();
+      return;
+    }
     this.lane.willPost();
     this.worker.postMessage(commands);
     this.lane.posted();
@@ -179,6 +190,7 @@ class PoolWorker {
   kill(reason: string): void {
     if (this.dead) return;
     this.dead = true;
+    this.events.close();
     void this.worker.terminate();
     failRuns(this.runs, reason);
     this.pool.replace(this);

@@ -6,6 +6,7 @@ import { isMainThread, parentPort, workerData } from "node:worker_threads";
 import type { HostCommand, VmEvent } from "../engine/protocol.ts";
 import { PROTOCOL_VERSION } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
+import { WorkerEventLane } from "./event-lane.ts";
 import { WorkerLane } from "./lane.ts";
 
 export interface WorkerData {
@@ -13,6 +14,8 @@ export interface WorkerData {
   stopFlags: Int32Array;
   /** See lane.ts. */
   lane: SharedArrayBuffer;
+  /** See event-lane.ts. */
+  events: SharedArrayBuffer;
   maxStackSize: number;
   maxVms: number;
   /** See RunnerOptions.running. */
@@ -30,6 +33,7 @@ if (!isMainThread && parentPort) {
   process.stderr.write = () => true;
   const data = workerData as WorkerData;
   const lane = new WorkerLane(data.lane);
+  const eventLane = new WorkerEventLane(data.events);
   // Events leave in batches: everything one turn of the VM produced (calls started together, a loop of text()) is one
   // message, sent once the current command has been handled.
   let outbox: VmEvent[] = [];
@@ -37,6 +41,8 @@ if (!isMainThread && parentPort) {
     if (outbox.length === 0) return;
     const events = outbox;
     outbox = [];
+    if (eventLane.offer(JSON.stringify(events))) return;
+    eventLane.posting();
     port.postMessage(events);
   };
   const runner = new VmRunner({

@@ -1,0 +1,135 @@
+/**
+ * A fast path for a worker's events to the host, the other direction of lane.ts. Waking the host's sleeping thread is
+ * most of what a tool call through the pool costs (the worker's `postMessage` takes ~9 us of each call, the syscall
+ * that wakes the host, then the host's own wake-up): so after the host hands an answer over, it polls this shared
+ * memory for a short while from `setImmediate` (its event loop keeps running: timers, I/O and messages go on), and a
+ * worker whose host polls writes its next batch of events here instead of posting it. Past `POLL_MS` without events
+ * the host stops polling and the worker posts again.
+ *
+ * Order is kept across the two paths: a batch carries the number of messages the worker had posted before it, and
+ * the host takes it only once it has received exactly those (checked when it polls) or when the next posted message
+ * arrives (then before handling that message).
+ */
+
+/** How long the host polls for the worker's next events after handing it an answer. */
+export const POLL_MS = 0.2;
+/** Bytes of event JSON a batch may have here; larger batches are posted. */
+const PAYLOAD_BYTES = 64 * 1024;
+
+const State = {
+  /** The host does not poll: the worker posts. */
+  idle: 0,
+  /** The host polls and the lane is empty. */
+  polling: 1,
+  /** The worker is writing a batch. */
+  writing: 2,
+  /** A batch waits for the host. */
+  full: 3,
+} as const;
+
+/** Int32 slots of the header. */
+const STATE = 0;
+const LENGTH = 1;
+/** Messages the worker had posted before the batch in the lane. */
+const POSTED = 2;
+const HEADER_BYTES = 16;
+
+export function createEventLaneBuffer(): SharedArrayBuffer {
+  return new SharedArrayBuffer(HEADER_BYTES + PAYLOAD_BYTES);
+}
+
+class EventLane {
+  protected readonly header: Int32Array;
+  protected readonly payload: Buffer;
+
+  constructor(buffer: SharedArrayBuffer) {
+    this.header = new Int32Array(buffer, 0, HEADER_BYTES / 4);
+    this.payload = Buffer.from(buffer, HEADER_BYTES);
+  }
+}
+
+/** The worker's end. */
+export class WorkerEventLane extends EventLane {
+  /** Messages posted to the host so far (count each one with `posting()`). */
+  private posted = 0;
+
+  /** Writes a batch of events if the host polls and it fits; false means: post it (after `posting()`). */
+  offer(json: string): boolean {
+    const header = this.header;
+    if (Atomics.load(header, STATE) !== State.polling || json.length > this.payload.length) return false;
+    const bytes = Buffer.byteLength(json);
+    if (bytes > this.payload.length) return false;
+    if (Atomics.compareExchange(header, STATE, State.polling, State.writing) !== State.polling) return false;
+    this.payload.write(json, 0, bytes, "utf8");
+    Atomics.store(header, LENGTH, bytes);
+    Atomics.store(header, POSTED, this.posted);
+    Atomics.store(header, STATE, State.full);
+    return true;
+  }
+
+  /** Call for every message posted to the host. */
+  posting(): void {
+    this.posted++;
+  }
+}
+
+/** The host's end: hands each batch's JSON to `deliver`, in order with the posted messages. */
+export class HostEventLane extends EventLane {
+  private received = 0;
+  private polling = false;
+  private closed = false;
+  private lastEvent = 0;
+
+  constructor(
+    buffer: SharedArrayBuffer,
+    private readonly deliver: (json: string) => void,
+  ) {
+    super(buffer);
+  }
+
+  /** Polls for a while (after an answer was handed to the worker, whose next events come soon). */
+  poll(): void {
+    this.lastEvent = performance.now();
+    if (this.polling || this.closed) return;
+    if (Atomics.compareExchange(this.header, STATE, State.idle, State.polling) !== State.idle) return;
+    this.polling = true;
+    setImmediate(this.step);
+  }
+
+  /** Call when a posted message arrives, before handling it: a batch the worker wrote before posting it goes first. */
+  messageArrived(): void {
+    this.received++;
+    if (Atomics.load(this.header, STATE) === State.full && Atomics.load(this.header, POSTED) === this.received - 1) {
+      this.take();
+    }
+  }
+
+  /** Stops polling for good (the worker is gone). */
+  close(): void {
+    this.closed = true;
+  }
+
+  private take(): void {
+    const json = this.payload.toString("utf8", 0, Atomics.load(this.header, LENGTH));
+    Atomics.store(this.header, STATE, State.polling);
+    this.lastEvent = performance.now();
+    this.deliver(json);
+  }
+
+  private readonly step = () => {
+    if (this.closed) {
+      this.polling = false;
+      return;
+    }
+    const state = Atomics.load(this.header, STATE);
+    if (state === State.full && Atomics.load(this.header, POSTED) === this.received) this.take();
+    else if (state === State.polling && performance.now() - this.lastEvent > POLL_MS) {
+      // The worker may be taking the lane at this very moment: stop only if it did not.
+      if (Atomics.compareExchange(this.header, STATE, State.polling, State.idle) === State.polling) {
+        this.polling = false;
+        return;
+      }
+    }
+    setImmediate(this.step);
+  };
+}
