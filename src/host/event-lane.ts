@@ -13,8 +13,8 @@
 
 /** How long the host polls for the worker's next events after handing it an answer. */
 export const POLL_MS = 0.2;
-/** Bytes of event JSON a batch may have here; larger batches are posted. */
-const PAYLOAD_BYTES = 64 * 1024;
+
+import { LANE_BYTES, Lane } from "./lane.ts";
 
 const State = {
   /** The host does not poll: the worker posts. */
@@ -27,44 +27,26 @@ const State = {
   full: 3,
 } as const;
 
-/** Int32 slots of the header. */
+/** Int32 slots of the header (the length is the lane's own slot). */
 const STATE = 0;
 const LENGTH = 1;
 /** Messages the worker had posted before the batch in the lane. */
 const POSTED = 2;
-const HEADER_BYTES = 16;
 
+/** Same layout as lane.ts: batches of event JSON up to its payload size; larger ones are posted. */
 export function createEventLaneBuffer(): SharedArrayBuffer {
-  return new SharedArrayBuffer(HEADER_BYTES + PAYLOAD_BYTES);
-}
-
-class EventLane {
-  protected readonly header: Int32Array;
-  protected readonly payload: Buffer;
-
-  constructor(buffer: SharedArrayBuffer) {
-    this.header = new Int32Array(buffer, 0, HEADER_BYTES / 4);
-    this.payload = Buffer.from(buffer, HEADER_BYTES);
-  }
+  return new SharedArrayBuffer(LANE_BYTES);
 }
 
 /** The worker's end. */
-export class WorkerEventLane extends EventLane {
+export class WorkerEventLane extends Lane {
   /** Messages posted to the host so far (count each one with `posting()`). */
   private posted = 0;
 
   /** Writes a batch of events if the host polls and it fits; false means: post it (after `posting()`). */
   offer(json: string): boolean {
-    const header = this.header;
-    if (Atomics.load(header, STATE) !== State.polling || json.length > this.payload.length) return false;
-    const bytes = Buffer.byteLength(json);
-    if (bytes > this.payload.length) return false;
-    if (Atomics.compareExchange(header, STATE, State.polling, State.writing) !== State.polling) return false;
-    this.payload.write(json, 0, bytes, "utf8");
-    Atomics.store(header, LENGTH, bytes);
-    Atomics.store(header, POSTED, this.posted);
-    Atomics.store(header, STATE, State.full);
-    return true;
+    if (Atomics.load(this.header, STATE) !== State.polling) return false;
+    return this.write(json, STATE, State.polling, State.writing, State.full, [POSTED, this.posted]);
   }
 
   /** Call for every message posted to the host. */
@@ -74,7 +56,7 @@ export class WorkerEventLane extends EventLane {
 }
 
 /** The host's end: hands each batch's JSON to `deliver`, in order with the posted messages. */
-export class HostEventLane extends EventLane {
+export class HostEventLane extends Lane {
   private received = 0;
   private polling = false;
   private closed = false;

@@ -32,11 +32,15 @@ const LENGTH = 1;
 const POSTED = 2;
 const HEADER_BYTES = 16;
 
+/** Bytes of a lane's shared memory. */
+export const LANE_BYTES = HEADER_BYTES + LANE_PAYLOAD_BYTES;
+
 export function createLaneBuffer(): SharedArrayBuffer {
-  return new SharedArrayBuffer(HEADER_BYTES + LANE_PAYLOAD_BYTES);
+  return new SharedArrayBuffer(LANE_BYTES);
 }
 
-class Lane {
+/** Shared memory of a lane: a header of Int32 slots, then the payload (event-lane.ts has the same layout). */
+export class Lane {
   protected readonly header: Int32Array;
   protected readonly payload: Buffer;
 
@@ -44,21 +48,29 @@ class Lane {
     this.header = new Int32Array(buffer, 0, HEADER_BYTES / 4);
     this.payload = Buffer.from(buffer, HEADER_BYTES);
   }
+
+  /** Writes `json` as the batch if it fits and the lane is still in state `from`, then sets state `to`. */
+  protected write(json: string, stateSlot: number, from: number, writing: number, to: number, set?: [number, number]) {
+    const header = this.header;
+    if (json.length > this.payload.length) return false;
+    const bytes = Buffer.byteLength(json);
+    if (bytes > this.payload.length) return false;
+    if (Atomics.compareExchange(header, stateSlot, from, writing) !== from) return false;
+    this.payload.write(json, 0, bytes, "utf8");
+    Atomics.store(header, LENGTH, bytes);
+    if (set) Atomics.store(header, set[0], set[1]);
+    Atomics.store(header, stateSlot, to);
+    return true;
+  }
 }
 
 /** The host's end. */
 export class HostLane extends Lane {
   /** Writes `json` into the lane if the worker waits on it and it fits; false means: post it instead. */
   handOff(json: string): boolean {
-    const header = this.header;
-    if (Atomics.load(header, STATE) !== State.waiting || json.length > this.payload.length) return false;
-    const bytes = Buffer.byteLength(json);
-    if (bytes > this.payload.length) return false;
-    if (Atomics.compareExchange(header, STATE, State.waiting, State.writing) !== State.waiting) return false;
-    this.payload.write(json, 0, bytes, "utf8");
-    Atomics.store(header, LENGTH, bytes);
-    Atomics.store(header, STATE, State.handed);
-    Atomics.notify(header, STATE);
+    if (Atomics.load(this.header, STATE) !== State.waiting) return false;
+    if (!this.write(json, STATE, State.waiting, State.writing, State.handed)) return false;
+    Atomics.notify(this.header, STATE);
     return true;
   }
 
