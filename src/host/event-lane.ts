@@ -3,8 +3,8 @@
  * most of what a tool call through the pool costs (the worker's `postMessage` takes ~9 us of each call, the syscall
  * that wakes the host, then the host's own wake-up): so after the host hands an answer over, it polls this shared
  * memory for a short while from `setImmediate` (its event loop keeps running: timers, I/O and messages go on), and a
- * worker whose host polls writes its next batch of events here instead of posting it. Past `POLL_MS` without events
- * the host stops polling and the worker posts again.
+ * worker whose host polls writes its next batch of events here instead of posting it. The host stops polling once a
+ * batch came (the next answer asks again) or `POLL_MS` passed without one, and the worker posts again.
  *
  * Order is kept across the two paths: a batch carries the number of messages the worker had posted before it, and
  * the host takes it only once it has received exactly those (checked when it polls) or when the next posted message
@@ -60,7 +60,10 @@ export class HostEventLane extends Lane {
   private received = 0;
   private polling = false;
   private closed = false;
-  private lastEvent = 0;
+  /** When the host last asked to poll (or took a batch); it polls until POLL_MS after that. */
+  private since = 0;
+  /** Times the host asked to poll: a batch taken with no new request since ends the polling. */
+  private asked = 0;
 
   constructor(
     buffer: SharedArrayBuffer,
@@ -71,7 +74,8 @@ export class HostEventLane extends Lane {
 
   /** Polls for a while (after an answer was handed to the worker, whose next events come soon). */
   poll(): void {
-    this.lastEvent = performance.now();
+    this.since = performance.now();
+    this.asked++;
     if (this.polling || this.closed) return;
     if (Atomics.compareExchange(this.header, STATE, State.idle, State.polling) !== State.idle) return;
     this.polling = true;
@@ -94,8 +98,15 @@ export class HostEventLane extends Lane {
   private take(): void {
     const json = this.payload.toString("utf8", 0, Atomics.load(this.header, LENGTH));
     Atomics.store(this.header, STATE, State.polling);
-    this.lastEvent = performance.now();
+    this.since = performance.now();
     this.deliver(json);
+  }
+
+  /** Stops polling unless the worker is taking the lane at this very moment. */
+  private stop(): boolean {
+    if (Atomics.compareExchange(this.header, STATE, State.polling, State.idle) !== State.polling) return false;
+    this.polling = false;
+    return true;
   }
 
   private readonly step = () => {
@@ -104,14 +115,13 @@ export class HostEventLane extends Lane {
       return;
     }
     const state = Atomics.load(this.header, STATE);
-    if (state === State.full && Atomics.load(this.header, POSTED) === this.received) this.take();
-    else if (state === State.polling && performance.now() - this.lastEvent > POLL_MS) {
-      // The worker may be taking the lane at this very moment: stop only if it did not.
-      if (Atomics.compareExchange(this.header, STATE, State.polling, State.idle) === State.polling) {
-        this.polling = false;
-        return;
-      }
-    }
+    if (state === State.full && Atomics.load(this.header, POSTED) === this.received) {
+      const asked = this.asked;
+      this.take();
+      // The events the poll waited for came. Polling on would only spin (a run that ended waits for nothing); the
+      // next answer handed over asks again.
+      if (this.asked === asked && this.stop()) return;
+    } else if (state === State.polling && performance.now() - this.since > POLL_MS && this.stop()) return;
     setImmediate(this.step);
   };
 }
