@@ -133,7 +133,13 @@ describe("the event lane", () => {
   it("delivers a worker's batches in the order it sent them, whether written to the lane or posted", async () => {
     const buffer = createEventLaneBuffer();
     const order: number[] = [];
-    const host = new HostEventLane(buffer, (json) => order.push(...(JSON.parse(json) as number[])));
+    const host = new HostEventLane(
+      buffer,
+      (json) => order.push(...(JSON.parse(json) as number[])),
+      (reason) => {
+        throw new Error(reason);
+      },
+    );
     worker = new Worker(new URL("./fixtures/event-lane-worker.mjs", import.meta.url), {
       workerData: { buffer, bursts: 3000 },
     });
@@ -158,7 +164,12 @@ describe("the event lane", () => {
   it("never takes a batch while the host does not poll, and a batch that does not fit is posted", () => {
     const buffer = createEventLaneBuffer();
     const taken: string[] = [];
-    const host = new HostEventLane(buffer, (json) => taken.push(json));
+    const broken: string[] = [];
+    const host = new HostEventLane(
+      buffer,
+      (json) => taken.push(json),
+      (reason) => broken.push(reason),
+    );
     const side = new WorkerEventLane(buffer);
     expect(side.offer("[1]")).toBe(false);
     host.poll();
@@ -167,6 +178,48 @@ describe("the event lane", () => {
     // Full until the host takes it: the next batch is posted.
     expect(side.offer("[3]")).toBe(false);
     host.close();
+    expect(taken).toEqual([]);
+  });
+});
+
+describe("the event lane with a worker out of step", () => {
+  const waitFor = async (check: () => boolean) => {
+    for (let i = 0; i < 300 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  };
+
+  it("gives up on a batch that claims fewer posted messages than came, at once", async () => {
+    const buffer = createEventLaneBuffer();
+    const broken: string[] = [];
+    const host = new HostEventLane(
+      buffer,
+      () => {},
+      (reason) => broken.push(reason),
+    );
+    const side = new WorkerEventLane(buffer);
+    for (let i = 0; i < 3; i++) host.messageArrived();
+    host.poll();
+    expect(side.offer("[1]")).toBe(true);
+    await waitFor(() => broken.length > 0);
+    expect(broken).toEqual(["the worker broke the event lane's order"]);
+  });
+
+  it("gives up on a batch whose earlier messages never come, after a second, instead of polling for good", async () => {
+    const buffer = createEventLaneBuffer();
+    const broken: string[] = [];
+    const taken: string[] = [];
+    const host = new HostEventLane(
+      buffer,
+      (json) => taken.push(json),
+      (reason) => broken.push(reason),
+    );
+    const side = new WorkerEventLane(buffer);
+    side.posting();
+    host.poll();
+    expect(side.offer("[1]")).toBe(true);
+    const started = performance.now();
+    await waitFor(() => broken.length > 0);
+    expect(broken).toEqual(["the worker broke the event lane's order"]);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(900);
     expect(taken).toEqual([]);
   });
 });

@@ -13,6 +13,8 @@
 
 /** How long the host polls for the worker's next events after handing it an answer. */
 export const POLL_MS = 0.2;
+/** How long a batch may wait for the messages posted before it. */
+const MAX_ORDER_WAIT_MS = 1_000;
 
 import { LANE_BYTES, Lane } from "./lane.ts";
 
@@ -65,9 +67,14 @@ export class HostEventLane extends Lane {
   /** Times the host asked to poll: a batch taken with no new request since ends the polling. */
   private asked = 0;
 
+  /** Since when a batch waits for posted messages to arrive first (0: none waits). */
+  private waitingSince = 0;
+
   constructor(
     buffer: SharedArrayBuffer,
     private readonly deliver: (json: string) => void,
+    /** Called once when the worker breaks the lane's rules; the host then stops polling. */
+    private readonly broken: (reason: string) => void,
   ) {
     super(buffer);
   }
@@ -115,7 +122,20 @@ export class HostEventLane extends Lane {
       return;
     }
     const state = Atomics.load(this.header, STATE);
-    if (state === State.full && Atomics.load(this.header, POSTED) === this.received) {
+    const posted = state === State.full ? Atomics.load(this.header, POSTED) : -1;
+    if (posted >= 0 && posted !== this.received) {
+      // Messages posted before the batch are on their way, and take milliseconds at most. A batch that claims fewer
+      // than have come, or waits on messages that never come, is a worker out of step: never spun on for good.
+      const now = performance.now();
+      if (this.waitingSince === 0) this.waitingSince = now;
+      if (posted < this.received || now - this.waitingSince > MAX_ORDER_WAIT_MS) {
+        this.close();
+        this.polling = false;
+        this.broken("the worker broke the event lane's order");
+        return;
+      }
+    } else this.waitingSince = 0;
+    if (posted === this.received) {
       const asked = this.asked;
       this.take();
       // The events the poll waited for came. Polling on would only spin (a run that ended waits for nothing); the

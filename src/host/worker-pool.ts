@@ -58,7 +58,20 @@ class PoolWorker {
   private readonly laneBuffer = createLaneBuffer();
   private readonly lane = new HostLane(this.laneBuffer);
   private readonly eventsBuffer = createEventLaneBuffer();
-  private readonly events = new HostEventLane(this.eventsBuffer, (json) => this.onMessage(JSON.parse(json)));
+  private readonly events = new HostEventLane(
+    this.eventsBuffer,
+    (json) => {
+      let batch: unknown;
+      try {
+        batch = JSON.parse(json);
+      } catch {
+        this.kill("the worker broke the protocol: an event batch is not JSON");
+        return;
+      }
+      this.onMessage(batch);
+    },
+    (reason) => this.kill(reason),
+  );
   readonly runs = new Map<number, PoolRunEntry>();
   private readonly freeSlots: number[] = [];
   readonly ready: Promise<void>;
