@@ -17,7 +17,14 @@ import {
 } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
-import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "../host/launcher.ts";
+import {
+  armStopGrace,
+  failRuns,
+  type LaunchedRun,
+  type Launcher,
+  type LaunchRequest,
+  type RunEntry,
+} from "../host/launcher.ts";
 import { PROGRAM_CONFIGURATION } from "../host/program.ts";
 
 /** Name and version of the message protocol; either side refuses a peer that announces another. */
@@ -318,13 +325,12 @@ export class ProtocolLauncher implements Launcher {
         connection.stopping++;
         // A VM side busy computing cannot read the stop; it is closed if the run does not end in time, unless it
         // said it computes another open run, whose own deadline bounds the wait: the stop then gets more time.
-        const arm = () => {
-          entry.stopTimer = setTimeout(() => {
-            if (connection.computesAnother(exec)) arm();
-            else connection.kill("the VM side did not stop a run in time");
-          }, PROTOCOL_STOP_GRACE_MS);
-        };
-        arm();
+        armStopGrace(
+          entry,
+          PROTOCOL_STOP_GRACE_MS,
+          () => connection.computesAnother(exec),
+          () => connection.kill("the VM side did not stop a run in time"),
+        );
       },
     };
   }

@@ -45,3 +45,16 @@ export function failRuns(runs: Map<number, RunEntry>, reason: string): void {
     entry.onEvent(sandboxFailure(exec, reason));
   }
 }
+
+/**
+ * Arms a stopped run's grace period: when it runs out the VM side is killed, unless it is computing another run's
+ * turn. A stop waits behind that turn (the VM side reads nothing meanwhile), whose own deadline bounds it: the grace
+ * then starts again, so that one run's stop does not end the others.
+ */
+export function armStopGrace(entry: RunEntry, graceMs: number, computesAnother: () => boolean, kill: () => void): void {
+  entry.stopTimer = setTimeout(() => {
+    if (computesAnother()) armStopGrace(entry, graceMs, computesAnother, kill);
+    else kill();
+  }, graceMs);
+  entry.stopTimer.unref?.();
+}

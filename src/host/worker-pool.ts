@@ -17,7 +17,14 @@ import {
 } from "../engine/protocol.ts";
 import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
-import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "./launcher.ts";
+import {
+  armStopGrace,
+  failRuns,
+  type LaunchedRun,
+  type Launcher,
+  type LaunchRequest,
+  type RunEntry,
+} from "./launcher.ts";
 import type { WorkerData } from "./worker.ts";
 
 /** Time a worker has to end a stopped run before it is terminated (generous: a loaded machine can delay a thread). */
@@ -314,19 +321,15 @@ export class WorkerPool implements Launcher {
         if (!worker.runs.has(exec) || entry.stopTimer) return;
         Atomics.store(worker.flags, slot, reason === "timeout" ? StopCode.timeout : StopCode.aborted);
         worker.send({ type: "stop", exec, reason });
-        // A run that has not stopped in time is stuck, unless the worker is computing another run's turn: then its
-        // stop waits behind that run (which has a deadline of its own), and killing the worker would end them all.
-        const overdue = () => {
-          const computing = Atomics.load(worker.running, 0);
-          if (computing !== 0 && computing !== slot + 1) {
-            entry.stopTimer = setTimeout(overdue, STOP_GRACE_MS);
-            entry.stopTimer.unref?.();
-            return;
-          }
-          worker.kill("the worker did not stop a run in time");
-        };
-        entry.stopTimer = setTimeout(overdue, STOP_GRACE_MS);
-        entry.stopTimer.unref?.();
+        armStopGrace(
+          entry,
+          STOP_GRACE_MS,
+          () => {
+            const computing = Atomics.load(worker.running, 0);
+            return computing !== 0 && computing !== slot + 1;
+          },
+          () => worker.kill("the worker did not stop a run in time"),
+        );
       },
     };
   }

@@ -9,7 +9,14 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
 import { PROTOCOL_VERSION, ProtocolError, parseVmEvent, sandboxFailure, type VmEvent } from "../engine/protocol.ts";
-import { failRuns, type LaunchedRun, type Launcher, type LaunchRequest, type RunEntry } from "../host/launcher.ts";
+import {
+  armStopGrace,
+  failRuns,
+  type LaunchedRun,
+  type Launcher,
+  type LaunchRequest,
+  type RunEntry,
+} from "../host/launcher.ts";
 import { encodeFrame, FrameReader, MAX_FRAME_BYTES } from "./frames.ts";
 
 /** Time a child has to end a stopped run before it is killed. */
@@ -244,6 +251,12 @@ class PoolChild {
     return undefined;
   }
 
+  /** Whether the child said it computes the turn of a live run other than `exec` (see busyExec). */
+  computesAnother(exec: number): boolean {
+    const busy = this.busyExec;
+    return busy !== null && busy !== exec && this.runs.has(busy);
+  }
+
   /** Whether a run here was told to stop and has not ended yet. */
   stopping(): boolean {
     for (const entry of this.runs.values()) if (entry.stopping) return true;
@@ -373,13 +386,12 @@ export class ProcessPool implements Launcher {
         // A child still booting takes the run and the stop together once it is up: the grace period starts then.
         const arm = () => {
           if (!child.runs.has(exec)) return;
-          entry.stopTimer = setTimeout(() => {
-            // The stop waits behind another run's long turn (which its own deadline bounds): give it more time.
-            const busy = child.busyExec;
-            if (busy !== null && busy !== exec && child.runs.has(busy)) arm();
-            else child.kill("the child did not stop a run in time");
-          }, this.stopGraceMs);
-          entry.stopTimer.unref?.();
+          armStopGrace(
+            entry,
+            this.stopGraceMs,
+            () => child.computesAnother(exec),
+            () => child.kill("the child did not stop a run in time"),
+          );
         };
         if (child.booted) arm();
         else child.ready.then(arm, () => {});
