@@ -4,9 +4,9 @@
  * budget. Build first (`npx tsc -p tsconfig.build.json`), then run `node examples/catalog-total.mjs`.
  */
 
-import { Budget, defineTool, invokeTool, z } from 'airlock';
-import { createQuickJsSandboxAdapter } from 'airlock/adapter-code-quickjs';
-import { createCodeMode, defineCodeProgram } from 'airlock/code-mode';
+import { Budget, defineTool, invokeTool, z } from 'airlock-codemode';
+import { createQuickJsSandboxAdapter } from 'airlock-codemode/adapter-code-quickjs';
+import { createCodeMode, defineCodeProgram } from 'airlock-codemode/code-mode';
 
 const price = defineTool({
   id: 'catalog.price', version: '1', description: 'Price of one product in cents.',

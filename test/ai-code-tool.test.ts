@@ -1,12 +1,12 @@
 /**
- * `airlock/ai`: `createCodeTool` turns AI SDK tools into one code tool, driven here by the AI SDK's own mock
+ * `airlock-codemode/ai`: `createCodeTool` turns AI SDK tools into one code tool, driven here by the AI SDK's own mock
  * language model through a real `generateText` tool loop.
  */
 
 import { generateText, jsonSchema, stepCountIs, tool } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
-import { InlineCodemodeSandbox } from "airlock";
-import { createCodeTool } from "airlock/ai";
+import { InlineCodemodeSandbox } from "airlock-codemode";
+import { createCodeTool } from "airlock-codemode/ai";
 import { afterAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 

@@ -1,7 +1,7 @@
 /** SECURITY.md 24: malformed traffic from a worker fails its executions with `sandbox` errors and nothing hangs. */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { CodemodeSandbox } from "airlock";
+import { CodemodeSandbox } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
@@ -35,7 +35,7 @@ describe("the worker channel", () => {
   it("does not keep the host process alive once the pool is idle, even unclosed", async () => {
     const script = `import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { CodemodeSandbox } from "airlock";
+import { CodemodeSandbox } from "airlock-codemode";
       const sandbox = new CodemodeSandbox({ poolSize: 1 });
       const result = await sandbox.execute("return 6 * 7");
       console.log(result.ok && result.value);`;
@@ -52,7 +52,7 @@ import { CodemodeSandbox } from "airlock";
     ["-e with --input-type", ["--input-type=module", "-e"], "module"],
     ["-e with --input-type and a V8 flag", ["--max-old-space-size=512", "--input-type", "module", "-e"], "module"],
   ])("starts its workers in a host run with %s", async (_, flags, type) => {
-    const body = `const { CodemodeSandbox } = await import("airlock");
+    const body = `const { CodemodeSandbox } = await import("airlock-codemode");
       const sandbox = new CodemodeSandbox({ poolSize: 1 });
       const result = await sandbox.execute("return 6 * 7");
       console.log(result.ok ? result.value : result.error.message);

@@ -1,4 +1,4 @@
-import { AirlockError, Budget, invokeTool, z } from "airlock";
+import { AirlockError, Budget, invokeTool, z } from "airlock-codemode";
 import {
   createQuickJsProtocolAdapter,
   QUICKJS_PROTOCOL,
@@ -7,13 +7,13 @@ import {
   type QuickJsProtocolTransport,
   type QuickJsVmMessage,
   serveQuickJsProtocol,
-} from "airlock/adapter-code-quickjs";
+} from "airlock-codemode/adapter-code-quickjs";
 import {
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   createCodeMode,
   defineCodeProgram,
-} from "airlock/code-mode";
+} from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
 import { echoTool } from "./helpers/code-mode.ts";
 import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";

@@ -1,16 +1,16 @@
-import { Budget, defineTool, invokeTool, z } from "airlock";
+import { Budget, defineTool, invokeTool, z } from "airlock-codemode";
 import {
   type ClosableSandboxAdapter,
   createQuickJsProtocolAdapter,
   createQuickJsSandboxAdapter,
-} from "airlock/adapter-code-quickjs";
+} from "airlock-codemode/adapter-code-quickjs";
 import {
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   type CodeProgramLimits,
   createCodeMode,
   defineCodeProgram,
-} from "airlock/code-mode";
+} from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
 import { echoTool } from "./helpers/code-mode.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";

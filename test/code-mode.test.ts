@@ -12,8 +12,8 @@ import {
   type JsonValue,
   type Outcome,
   z,
-} from "airlock";
-import { type ClosableSandboxAdapter, createQuickJsSandboxAdapter } from "airlock/adapter-code-quickjs";
+} from "airlock-codemode";
+import { type ClosableSandboxAdapter, createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import {
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
@@ -23,7 +23,7 @@ import {
   defineSandboxAdapter,
   EXECUTION_ID_MEMORY,
   type SandboxResult,
-} from "airlock/code-mode";
+} from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
 import { echoTool } from "./helpers/code-mode.ts";
 

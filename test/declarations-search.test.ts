@@ -11,7 +11,7 @@ import {
   searchTools,
   type ToolLike,
   tokenize,
-} from "airlock/declarations";
+} from "airlock-codemode/declarations";
 import { describe, expect, test } from "vitest";
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "schemas");

@@ -7,7 +7,7 @@ import {
   renderToolIndex,
   renderToolSignature,
   type ToolLike,
-} from "airlock/declarations";
+} from "airlock-codemode/declarations";
 import ts from "typescript";
 import { describe, expect, test } from "vitest";
 import { z } from "zod";

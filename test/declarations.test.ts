@@ -10,7 +10,7 @@ import {
   resolveSchemaRef,
   schemaToType,
   type ToolLike,
-} from "airlock/declarations";
+} from "airlock-codemode/declarations";
 import { describe, expect, test } from "vitest";
 import { z } from "zod";
 

@@ -6,7 +6,7 @@ import {
   type CodemodeSandboxBase,
   InlineCodemodeSandbox,
   MAX_CLOCK_MS,
-} from "airlock";
+} from "airlock-codemode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launchers } from "./helpers/sandboxes.ts";
 

@@ -1,5 +1,5 @@
 /**
- * `airlock/adapter-code-docker`: the docker CLI's arguments and the digest checks, against a recording stand-in for
+ * `airlock-codemode/adapter-code-docker`: the docker CLI's arguments and the digest checks, against a recording stand-in for
  * the CLI that serves Airlock's container entry itself. A real container runs only where `docker info` succeeds.
  */
 import { spawnSync } from "node:child_process";
@@ -16,7 +16,7 @@ import {
   PROVENANCE_LABEL,
   runArgs,
   verifyDockerImage,
-} from "airlock/adapter-code-docker";
+} from "airlock-codemode/adapter-code-docker";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const IMAGE = `sha256:${"a".repeat(64)}`;

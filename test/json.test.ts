@@ -10,7 +10,7 @@ import {
   MAX_JSON_DEPTH,
   MAX_JSON_VALUES,
   parseJson,
-} from "airlock";
+} from "airlock-codemode";
 import { describe, expect, it } from "vitest";
 
 const BIG = { maxBytes: 64 * 1024 * 1024 };

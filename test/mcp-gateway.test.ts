@@ -21,7 +21,7 @@ import {
   parseMcpConfig,
   serveGatewayHttp,
   serveGatewayStdio,
-} from "airlock/mcp";
+} from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   everything,

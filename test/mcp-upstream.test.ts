@@ -7,8 +7,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { CodemodeSandbox, isIdentifier } from "airlock";
-import { renderDeclarations } from "airlock/declarations";
+import { CodemodeSandbox, isIdentifier } from "airlock-codemode";
+import { renderDeclarations } from "airlock-codemode/declarations";
 import {
   callResultToValue,
   McpConfigError,
@@ -17,7 +17,7 @@ import {
   McpUpstreamError,
   mcpToolName,
   parseMcpConfig,
-} from "airlock/mcp";
+} from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import {

@@ -2,7 +2,7 @@
  * 5,000 mixed executions on the worker pool (success, throw, timeout, abort, out of memory, tools): afterwards the
  * pool has its workers, the process its handles, and RSS about its level after the first round.
  */
-import { CodemodeSandbox } from "airlock";
+import { CodemodeSandbox } from "airlock-codemode";
 import { describe, expect, it } from "vitest";
 
 const kinds = [

@@ -11,7 +11,7 @@ import {
   PROCESS_STOP_GRACE_MS,
   ProcessCodemodeSandbox,
   type ProcessCodemodeSandboxOptions,
-} from "airlock";
+} from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
 
 const badChild = new URL("./fixtures/process/bad-child.mjs", import.meta.url);

@@ -8,7 +8,7 @@ const run = promisify(execFile);
 const root = new URL("../", import.meta.url);
 const readme = readFileSync(new URL("README.md", root), "utf8");
 const blocks = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1] as string);
-// Inside the package, so that `import ... from "airlock"` resolves to this package's build.
+// Inside the package, so that `import ... from "airlock-codemode"` resolves to this package's build.
 const dir = new URL("test/.readme-tmp/", root);
 
 describe("README examples", () => {

@@ -13,7 +13,7 @@ import {
   MAX_STORE_VALUE_CHARS,
   MAX_VALUE_CHARS,
   toCodemodeIdentifier,
-} from "airlock";
+} from "airlock-codemode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GIF_1x1, JPEG_HEAD, launchers, PNG_1x1, WEBP_HEAD } from "./helpers/sandboxes.ts";
 
@@ -678,7 +678,7 @@ describe("constructor options", () => {
     // In a child process that must end by itself: a pool started before the options were refused used to keep
     // its worker threads, and with them the process, alive.
     const script = `
-      const { CodemodeSandbox, InlineCodemodeSandbox } = await import("airlock");
+      const { CodemodeSandbox, InlineCodemodeSandbox } = await import("airlock-codemode");
       const attempts = [
         () => new CodemodeSandbox({ timeoutMs: -5 }),
         () => new CodemodeSandbox({ memoryLimitBytes: 10 }),

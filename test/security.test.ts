@@ -2,7 +2,7 @@
  * The hostile programs of SECURITY.md that concern the sandbox (1-5, 7, 8, 10-16, 19, 20), in every launcher.
  * "Host survives" is checked by running a plain execution after each one.
  */
-import { type CodemodeSandboxBase, type CodemodeTool, MAX_VALUE_CHARS } from "airlock";
+import { type CodemodeSandboxBase, type CodemodeTool, MAX_VALUE_CHARS } from "airlock-codemode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launchers } from "./helpers/sandboxes.ts";
 

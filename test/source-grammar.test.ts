@@ -11,7 +11,7 @@
  * syntax that JavaScript (with the `u` flag), Python and Rust read alike, so their bodies are copied as they are.
  * The same samples were also checked against Python's lark 1.1.5 (parser="lalr" and "earley") by hand.
  */
-import { CODEMODE_SOURCE_GRAMMAR, parseCodemodeSource } from "airlock/source";
+import { CODEMODE_SOURCE_GRAMMAR, parseCodemodeSource } from "airlock-codemode/source";
 import { describe, expect, it } from "vitest";
 
 type Token =

@@ -6,7 +6,7 @@ import {
   type CodemodeSourceRule,
   parseCodemodeSource,
   stripTypeScript,
-} from "airlock/source";
+} from "airlock-codemode/source";
 import { describe, expect, it } from "vitest";
 
 /** Runs `fn` and returns the `CodemodeSourceError` it throws; fails the test if it throws nothing or another error. */

@@ -13,7 +13,7 @@ import {
   type Outcome,
   type ToolCallInfo,
   z,
-} from "airlock";
+} from "airlock-codemode";
 import { describe, expect, it } from "vitest";
 
 const SCOPE = { principalId: "user-1", tenantId: "t-1" };

@@ -3,7 +3,7 @@ import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, writeFileSync 
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CodemodeSandbox, InlineCodemodeSandbox, loadQuickJSWasm, WasmRewriteError } from "airlock";
+import { CodemodeSandbox, InlineCodemodeSandbox, loadQuickJSWasm, WasmRewriteError } from "airlock-codemode";
 import { describe, expect, it } from "vitest";
 import wabtInit from "wabt";
 

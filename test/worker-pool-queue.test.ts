@@ -3,7 +3,7 @@
  * in order instead of failing, and their deadline and abort count from execute() while they wait. The pool is built
  * here with two slots so that a few executions fill it.
  */
-import { CodemodeSandboxBase, type CodemodeSandboxBaseOptions, loadQuickJSWasm } from "airlock";
+import { CodemodeSandboxBase, type CodemodeSandboxBaseOptions, loadQuickJSWasm } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
 import { WorkerPool } from "../dist/host/worker-pool.js";
 

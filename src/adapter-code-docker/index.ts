@@ -1,5 +1,5 @@
 /**
- * `airlock/adapter-code-docker`: runs code-mode programs on Airlock's VM side inside a Docker container, one
+ * `airlock-codemode/adapter-code-docker`: runs code-mode programs on Airlock's VM side inside a Docker container, one
  * container per connection, started with
  *
  *   docker [--host H] run --rm -i --pull=never --network=none --read-only --cap-drop=ALL
@@ -15,7 +15,7 @@
  *
  * Building the image from the installed package (provenance = the sha256 of the package tarball):
  *
- *   npm pack airlock                     # or: the tarball your registry served
+ *   npm pack airlock-codemode                   # or: the tarball your registry served
  *   PROVENANCE=sha256:$(sha256sum airlock-*.tgz | cut -d' ' -f1)
  *   cat > Dockerfile <<'END'
  *   FROM node:20-bookworm-slim

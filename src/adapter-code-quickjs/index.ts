@@ -1,5 +1,5 @@
 /**
- * `airlock/adapter-code-quickjs`: code-mode adapters that run programs in QuickJS.
+ * `airlock-codemode/adapter-code-quickjs`: code-mode adapters that run programs in QuickJS.
  *
  * - `createQuickJsSandboxAdapter()` runs them on a warm pool of worker threads of this process (qualified
  *   `production`): each program gets a fresh VM with a hard heap cap, a stack guard, a CPU limit that excludes time

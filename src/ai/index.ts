@@ -1,5 +1,5 @@
 /**
- * `airlock/ai`: code mode for the AI SDK. `createCodeTool({ tools })` turns a set of AI SDK tools into one tool whose
+ * `airlock-codemode/ai`: code mode for the AI SDK. `createCodeTool({ tools })` turns a set of AI SDK tools into one tool whose
  * description declares them in TypeScript and whose input is a program that calls them as `tools.<name>(args)`.
  */
 import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";

@@ -1,6 +1,6 @@
 /**
  * Sandbox adapters: where a program runs. `defineSandboxAdapter` wraps any sandbox; Airlock's own adapters
- * (`airlock/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
+ * (`airlock-codemode/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
  */
 import type { JsonValue } from "../json/index.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";

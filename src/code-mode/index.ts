@@ -1,4 +1,4 @@
-/** `airlock/code-mode`: programs with digests, the executor, and sandbox adapters. */
+/** `airlock-codemode/code-mode`: programs with digests, the executor, and sandbox adapters. */
 export {
   defineSandboxAdapter,
   isSandboxAdapter,

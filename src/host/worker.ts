@@ -1,6 +1,6 @@
 /**
  * Entry of a worker thread of the pool: one VmRunner whose events go to the parent as messages. Bundlers that move
- * Airlock's files can point `workerUrl` at a file that imports `airlock/worker`.
+ * Airlock's files can point `workerUrl` at a file that imports `airlock-codemode/worker`.
  */
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
 import type { HostCommand, VmEvent } from "../engine/protocol.ts";

@@ -1,5 +1,5 @@
 /**
- * `airlock/mcp`: MCP servers as sandbox tools, and the code-mode gateway (`airlock serve`).
+ * `airlock-codemode/mcp`: MCP servers as sandbox tools, and the code-mode gateway (`airlock serve`).
  *
  * Upstream tools are named `<server>__<tool>` (see `mcpToolName`): `tools.github__create_issue(args)` in a script.
  */

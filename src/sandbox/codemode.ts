@@ -18,7 +18,7 @@ export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
    * too, with resets that restore its whole image (slower).
    */
   wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
-  /** Worker entry; default: Airlock's own. Pass a file that imports `airlock/worker` when Airlock is bundled. */
+  /** Worker entry; default: Airlock's own. Pass a file that imports `airlock-codemode/worker` when Airlock is bundled. */
   workerUrl?: string | URL;
   /** Worker threads in the pool; default: the machine's available parallelism. */
   poolSize?: number;

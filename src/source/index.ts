@@ -1,5 +1,5 @@
 /**
- * `airlock/source`: reading a script before it runs. `parseCodemodeSource` splits off the options a script sets on
+ * `airlock-codemode/source`: reading a script before it runs. `parseCodemodeSource` splits off the options a script sets on
  * its first line, `CODEMODE_SOURCE_GRAMMAR` describes the same scripts for grammar-constrained tool input, and
  * `stripTypeScript` turns TypeScript into JavaScript by erasing its types in place.
  */

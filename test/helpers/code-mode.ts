@@ -1,4 +1,4 @@
-import { defineTool, z } from "airlock";
+import { defineTool, z } from "airlock-codemode";
 
 /** A read tool `echo` that returns its `{ value }` input, at `costMicros` per call. */
 export function echoTool(costMicros: number) {

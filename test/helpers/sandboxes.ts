@@ -5,7 +5,7 @@ import {
   type CodemodeSandboxBaseOptions,
   InlineCodemodeSandbox,
   ProcessCodemodeSandbox,
-} from "airlock";
+} from "airlock-codemode";
 import { warmFirst } from "../fixtures/process/warm-first.ts";
 
 /** Every launcher that claims the shared behaviour; each test of the shared suite runs against all of them. */

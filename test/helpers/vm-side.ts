@@ -2,12 +2,12 @@
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import type { QuickJsProtocolTransport } from "airlock/adapter-code-quickjs";
+import type { QuickJsProtocolTransport } from "airlock-codemode/adapter-code-quickjs";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const VM_SIDE = `
 import { createInterface } from "node:readline";
-import { serveQuickJsProtocol } from "airlock/adapter-code-quickjs";
+import { serveQuickJsProtocol } from "airlock-codemode/adapter-code-quickjs";
 let deliver = () => {};
 createInterface({ input: process.stdin }).on("line", (line) => { try { deliver(JSON.parse(line)); } catch {} });
 serveQuickJsProtocol({ send: (m) => process.stdout.write(JSON.stringify(m) + "\\n"), onMessage: (h) => { deliver = h; } });
