@@ -2,6 +2,7 @@
 
 export * from "./declarations/index.ts";
 export {
+  DEFAULT_MAX_TOOL_CALLS,
   DEFAULT_TIMEOUT_MS,
   INLINE_MAX_STACK_SIZE,
   MAX_CLOCK_MS,
@@ -16,6 +17,9 @@ export {
 } from "./engine/limits.ts";
 export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm.ts";
 export { WasmRewriteError } from "./engine/write-tracking.ts";
+export { DEFAULT_GUEST_MEMORY_SHARE } from "./host/memory-budget.ts";
+export { type PoolStats, REMOTE_STOP_GRACE_MS, STOP_GRACE_MS, STUCK_AFTER_MS } from "./host/pool.ts";
+export { MAX_POOL_SIZE_PER_CORE } from "./host/worker-pool.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export * from "./process/index.ts";
 export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";

@@ -147,4 +147,15 @@ export interface CodemodeSandboxBaseOptions {
    * still point at the script as written. A TypeScript syntax error is a `script` error with its line.
    */
   typescript?: boolean;
+  /**
+   * Tool and global calls one execution may make (default `DEFAULT_MAX_TOOL_CALLS`): a call past it rejects in the
+   * script with a RangeError naming the limit, and `result.calls` never grows past it.
+   */
+  maxToolCalls?: number;
+  /**
+   * Guest memory this sandbox's executions may hold at once, counted by their memory limits; an execution that does
+   * not fit waits for others to end (its deadline still counting). Default: the budget all sandboxes of the process
+   * share, `DEFAULT_GUEST_MEMORY_SHARE` of the machine's memory.
+   */
+  maxTotalMemoryBytes?: number;
 }

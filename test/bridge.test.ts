@@ -16,9 +16,9 @@ describe("the worker channel", () => {
     ["wrong types", "wrong-types", /broke the protocol: call has fields of the wrong type/],
     ["an unknown message kind", "unknown-kind", /broke the protocol: a VM message has an unknown type/],
     ["an unknown field", "unknown-field", /broke the protocol: done has an unknown field "extra"/],
-    ["a message for an execution it was never given", "unknown-exec", /unknown execution/],
+    ["a message for an execution it was never given", "unknown-exec", /a run it was never sent/],
     ["a result that is not JSON", "not-json-result", /not JSON/],
-    ["a message that is not a batch", "not-a-batch", /not a batch of events/],
+    ["a message that is not a batch", "not-a-batch", /not a batch of messages/],
   ])("fails the execution with a sandbox error on %s, and replaces the worker", async (_, code, message) => {
     sandbox = new CodemodeSandbox({ poolSize: 1, workerUrl: badWorker, timeoutMs: 5_000 });
     await sandbox.warm();

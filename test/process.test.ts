@@ -8,9 +8,9 @@ import {
   type CodemodeTool,
   IsolationUnavailableError,
   MAX_VALUE_CHARS,
-  PROCESS_STOP_GRACE_MS,
   ProcessCodemodeSandbox,
   type ProcessCodemodeSandboxOptions,
+  REMOTE_STOP_GRACE_MS,
 } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
 
@@ -35,6 +35,14 @@ const alive = (pid: number) => {
 };
 const linuxWithBwrap = process.platform === "linux" && existsSync("/usr/bin/bwrap");
 
+const until = async (condition: () => boolean, what: string) => {
+  const started = Date.now();
+  while (!condition()) {
+    if (Date.now() - started > 20_000) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+};
+
 describe("the child channel (framed, strictly validated)", () => {
   it.each([
     ["an unknown field", "unknown-field", /broke the protocol: done has an unknown field "extra"/],
@@ -43,10 +51,10 @@ describe("the child channel (framed, strictly validated)", () => {
     ["a duplicate call id", "duplicate-id", /broke the protocol: a call id is repeated or out of order/],
     ["idle for a run that is not deterministic", "idle-out-of-order", /idle arrived for a run that is not/],
     ["started after other events", "started-out-of-order", /started arrived out of order/],
-    ["a second ready", "ready-again", /sent "ready" after it was ready/],
-    ["a message for an execution it was never given", "unknown-exec", /for an execution it does not run/],
+    ["a second ready", "ready-again", /sent "ready" after it announced itself/],
+    ["a message for an execution it was never given", "unknown-exec", /for a run it was never sent/],
     ["an exit mid-execution", "exit", /the child process exited with code 9/],
-    ["busy for an execution it was never given", "busy-unknown", /said it computes an execution it does not run/],
+    ["busy for an execution it was never given", "busy-unknown", /said it computes a run it does not have/],
     ["busy with an unknown field", "busy-extra", /busy has an unknown field "extra"/],
   ])(
     "kills the child once on %s, fails the execution with a sandbox error, and replaces it",
@@ -71,8 +79,7 @@ describe("the child channel (framed, strictly validated)", () => {
     const [pid] = sandbox.pids;
     const result = await sandbox.execute("done-twice");
     expect(result.ok && result.value).toBe(1);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(alive(pid as number)).toBe(false);
+    await until(() => !alive(pid as number), "the child to be killed");
     const next = await sandbox.execute("fine");
     expect(next.ok && next.value).toBe(1);
   });
@@ -100,8 +107,9 @@ describe("the child channel (framed, strictly validated)", () => {
     const [pid] = sandbox.pids;
     const result = await sandbox.execute("silent");
     expect(!result.ok && result.error.kind).toBe("timeout");
-    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS + 200));
-    expect(alive(pid as number)).toBe(false);
+    await until(() => !alive(pid as number), "the child to be killed");
+    // The replacement's boot is not part of the next execution's 100 ms.
+    await sandbox.warm();
     const next = await sandbox.execute("fine");
     expect(next.ok && next.value).toBe(1);
   });
@@ -114,13 +122,13 @@ describe("the child channel (framed, strictly validated)", () => {
     const holding = sandbox.execute("busy-silent", { timeoutMs: 1_500 });
     const stopped = await sandbox.execute("silent", { timeoutMs: 100 });
     expect(!stopped.ok && stopped.error.kind).toBe("timeout");
-    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS * 3));
+    await new Promise((resolve) => setTimeout(resolve, REMOTE_STOP_GRACE_MS * 3));
     // Before, the child was killed 250 ms after the second stop, failing the first run with it.
     expect(alive(pid as number)).toBe(true);
     // The holding run's own stop is not answered either: that is the run that does not stop, and the child goes.
     const held = await holding;
     expect(!held.ok && held.error.kind).toBe("timeout");
-    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS + 200));
+    await new Promise((resolve) => setTimeout(resolve, REMOTE_STOP_GRACE_MS + 200));
     expect(alive(pid as number)).toBe(false);
     expect((await sandbox.execute("fine")).ok).toBe(true);
   });
@@ -142,7 +150,7 @@ describe("the child channel (framed, strictly validated)", () => {
     const [pid] = sandbox.pids;
     const result = await sandbox.execute("busy-silent");
     expect(!result.ok && result.error.kind).toBe("timeout");
-    await new Promise((resolve) => setTimeout(resolve, PROCESS_STOP_GRACE_MS + 200));
+    await new Promise((resolve) => setTimeout(resolve, REMOTE_STOP_GRACE_MS + 200));
     expect(alive(pid as number)).toBe(false);
   });
 
@@ -155,39 +163,41 @@ describe("the child channel (framed, strictly validated)", () => {
 });
 
 describe("a child killed mid-execution", () => {
-  const signals: AbortSignal[] = [];
+  let opened = false;
+  let hangCalls = 0;
+  const waiting: (() => void)[] = [];
   const tools: CodemodeTool[] = [
     {
       name: "hang",
-      execute: (_args, { signal }) =>
-        new Promise((resolve) => {
-          signals.push(signal);
-          signal.addEventListener("abort", () => resolve("aborted"));
-        }),
+      execute: async () => {
+        hangCalls++;
+        if (!opened) await new Promise<void>((resolve) => waiting.push(resolve));
+        return "answered";
+      },
     },
   ];
 
-  it("ends its open executions with sandbox errors, aborts their tool calls, and is replaced", async () => {
+  it("fails the run it computed, rebuilds the runs parked on tools in a new child, and never calls their tools again", async () => {
     const sandbox = make({ tools, timeoutMs: 20_000 });
     await sandbox.warm();
     const [pid] = sandbox.pids as [number];
-    signals.length = 0;
-    const pending = [sandbox.execute("await tools.hang();"), sandbox.execute("await tools.hang(); return 1;")];
-    while (signals.length < 2) await new Promise((resolve) => setTimeout(resolve, 10));
-    // A run that computes: the child is busy in the VM when it is killed.
-    pending.push(sandbox.execute("while (true) {}"));
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const killedAt = Date.now();
+    const pending = [sandbox.execute("return await tools.hang();"), sandbox.execute("return [await tools.hang(), 1];")];
+    while (hangCalls < 2) await new Promise((resolve) => setTimeout(resolve, 10));
+    // A run that computes: the child is busy in the VM (and has said so) when it is killed.
+    const computing = sandbox.execute("while (true) {}");
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
     process.kill(pid, "SIGKILL");
-    const results = await Promise.all(pending);
-    expect(Date.now() - killedAt).toBeLessThan(2_000);
-    for (const result of results) {
-      expect(!result.ok && result.error).toEqual({
-        kind: "sandbox",
-        message: "the child process exited with signal SIGKILL",
-      });
-    }
-    expect(signals.every((s) => s.aborted)).toBe(true);
+    expect(await computing).toEqual({
+      ok: false,
+      error: { kind: "sandbox", message: "the child process exited with signal SIGKILL" },
+      output: [],
+      calls: [],
+    });
+    opened = true;
+    for (const resolve of waiting.splice(0)) resolve();
+    expect((await Promise.all(pending)).map((r) => r.ok && r.value)).toEqual(["answered", ["answered", 1]]);
+    expect(hangCalls).toBe(2);
+    expect(sandbox.poolStats).toMatchObject({ lost: 1, moved: 2 });
     const next = await sandbox.execute("return 6 * 7;");
     expect(next.ok && next.value).toBe(42);
     expect(sandbox.processCount).toBe(1);
@@ -198,15 +208,17 @@ describe("a child killed mid-execution", () => {
     const sandbox = make({ timeoutMs: 20_000 });
     await sandbox.warm();
     const [pid] = sandbox.pids;
-    // Computes for several stop graces (PROCESS_STOP_GRACE_MS), well within its own deadline.
+    // Computes for several stop graces (REMOTE_STOP_GRACE_MS), well within its own deadline.
     const busy = sandbox.execute("const t = Date.now(); while (Date.now() - t < 1500) {} return 'done';");
     const controller = new AbortController();
     const queued = sandbox.execute("return 'never ran'", { signal: controller.signal });
-    setTimeout(() => controller.abort(), 100);
+    // Once the busy run's child has said it computes (within milliseconds of its turn, or more on a loaded machine).
+    setTimeout(() => controller.abort(), 600);
     expect(await queued).toMatchObject({ ok: false, error: { kind: "aborted" } });
     // Before, the child was killed when the queued run had not stopped 250 ms later, ending the busy run with it.
     expect(await busy).toMatchObject({ ok: true, value: "done" });
-    expect(sandbox.pids).toEqual([pid]);
+    // The queued run may have been moved to a new child meanwhile; the busy one's child lives on either way.
+    expect(sandbox.pids).toContain(pid);
     expect((await sandbox.execute("return 1")).ok).toBe(true);
   });
 
@@ -262,7 +274,7 @@ describe("an execution too large for one frame", () => {
     expect(!big.ok && big.error).toEqual({
       kind: "sandbox",
       message: expect.stringMatching(
-        /^the execution is too large to send to a child: a frame of \d+ bytes is over the limit of 134217728$/,
+        /^the execution is too large to send to the child process: a frame of \d+ bytes is over the limit of 134217728$/,
       ),
     });
     other.end();

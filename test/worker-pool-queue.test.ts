@@ -5,11 +5,21 @@
  */
 import { CodemodeSandboxBase, type CodemodeSandboxBaseOptions, loadQuickJSWasm } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
+import { GuestMemoryBudget } from "../dist/host/memory-budget.js";
 import { WorkerPool } from "../dist/host/worker-pool.js";
 
 class TwoSlotSandbox extends CodemodeSandboxBase {
   constructor(options: CodemodeSandboxBaseOptions) {
-    super(options, new WorkerPool({ module: loadQuickJSWasm(), size: 1, maxVmsPerWorker: 4, slotsPerWorker: 2 }));
+    super(
+      options,
+      new WorkerPool({
+        module: loadQuickJSWasm(),
+        size: 1,
+        maxSize: 1,
+        maxVmsPerWorker: 2,
+        budget: new GuestMemoryBudget(2 ** 40),
+      }),
+    );
   }
 }
 

@@ -17,6 +17,7 @@ import {
   type SandboxQualification,
 } from "../code-mode/adapter.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
+import { hostMemoryBudget } from "../host/memory-budget.ts";
 import { WorkerPool } from "../host/worker-pool.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
@@ -25,8 +26,7 @@ import { executeOnLauncher } from "./run.ts";
 
 export {
   PROTOCOL_BOOT_TIMEOUT_MS,
-  PROTOCOL_STOP_GRACE_MS,
-  QUICKJS_ENGINE_VERSION,
+  PROTOCOL_MAX_CONNECTIONS,
   QUICKJS_PROTOCOL,
   QUICKJS_PROTOCOL_VERSION,
   type QuickJsHostMessage,
@@ -90,7 +90,7 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
   let pool: WorkerPool | undefined;
   let closed = false;
   const getPool = (): WorkerPool => {
-    pool ??= new WorkerPool({ module: loadQuickJSWasm(wasmPath), size, maxVmsPerWorker });
+    pool ??= new WorkerPool({ module: loadQuickJSWasm(wasmPath), size, maxVmsPerWorker, budget: hostMemoryBudget() });
     return pool;
   };
   return makeSandboxAdapter(
@@ -155,7 +155,7 @@ export function createQuickJsProtocolAdapter(options: QuickJsProtocolAdapterOpti
   if (isAvailable !== undefined && typeof isAvailable !== "function")
     throw configError("isAvailable must be a function");
   let closed = false;
-  const launcher = new ProtocolLauncher(() => launch.call(options));
+  const launcher = new ProtocolLauncher(() => launch.call(options), hostMemoryBudget());
   return makeSandboxAdapter(
     {
       id: options.id,

@@ -23,6 +23,11 @@ export const MAX_ERROR_STACK_CHARS = 32 * 1024;
  */
 export const MAX_CLOCK_MS = 18_446_744_073_709;
 
+/** Default of `maxToolCalls`: tool and global calls one sandbox execution may make. */
+export const DEFAULT_MAX_TOOL_CALLS = 10_000;
+/** The largest `maxToolCalls` a sandbox takes. */
+export const MAX_TOOL_CALLS = 1_000_000;
+
 /** Default deadline of an execution. */
 export const DEFAULT_TIMEOUT_MS = 300_000;
 

@@ -12,8 +12,15 @@ import { instrumentWrites } from "./write-tracking.ts";
 
 const MODULE_FILE = new URL("./quickjs-tracked.wasm", import.meta.url);
 const DIGESTS_FILE = new URL("./quickjs-tracked.json", import.meta.url);
-/** The rewriter's own file, as it is run (its digest tells a prebuilt module made by an older rewriter). */
-const REWRITER_FILE = new URL(`./write-tracking${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url);
+/** The rewriter's own files, as they are run (their digest tells a prebuilt module made by an older rewriter). */
+const EXTENSION = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+const REWRITER_FILES = ["write-tracking", "wasm-binary"].map(
+  (name) => new URL(`./${name}${EXTENSION}`, import.meta.url),
+);
+const rewriterDigest = () =>
+  createHash("sha256")
+    .update(Buffer.concat(REWRITER_FILES.map((file) => readFileSync(file))))
+    .digest("hex");
 
 interface Digests {
   source: string;
@@ -29,7 +36,7 @@ export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffe
   let bytes: Buffer;
   try {
     digests = JSON.parse(readFileSync(DIGESTS_FILE, "utf8")) as Digests;
-    if (digests.source !== sha256(source) || digests.rewriter !== sha256(readFileSync(REWRITER_FILE))) return undefined;
+    if (digests.source !== sha256(source) || digests.rewriter !== rewriterDigest()) return undefined;
     bytes = readFileSync(MODULE_FILE);
   } catch {
     return undefined;
@@ -46,7 +53,7 @@ export function writePrebuiltTrackedModule(): void {
   writeFileSync(MODULE_FILE, module);
   const digests: Digests = {
     source: sha256(source),
-    rewriter: sha256(readFileSync(REWRITER_FILE)),
+    rewriter: rewriterDigest(),
     module: sha256(module),
   };
   writeFileSync(DIGESTS_FILE, `${JSON.stringify(digests, null, 2)}\n`);

@@ -1,17 +1,21 @@
 /**
- * The messages between the host side of an execution and the VM side, whatever separates them (nothing, a worker
- * thread, a process). Values travel as JSON text; the host parses them.
+ * The one protocol between the host and a VM side, whatever separates them (a worker thread, a child process, a
+ * container, a transport of the user's, an RPC stub): the messages, their exact fields, and the validators both ends
+ * run. Values travel as JSON text inside the messages; the host parses them. The VM side runs the guest, so everything
+ * it sends is checked like untrusted input (known type, exact fields, right types); the host's commands are checked
+ * too, so that a VM side never acts on a message it misread.
  */
 import { createHash } from "node:crypto";
 import type { CodemodeError, CodemodeOutputItem } from "../types.ts";
 
-/** Version of this protocol; a launcher refuses a VM side that speaks another. 2: runs carry a configuration. */
+/** Name and version of the protocol; either side refuses a peer that announces another. */
+export const PROTOCOL_NAME = "airlock.quickjs";
 export const PROTOCOL_VERSION = 2;
 
 export interface RunRequest {
-  /** The launcher's id for the execution. */
+  /** The host's id for this run on this VM side: a positive integer, increasing. */
   exec: number;
-  /** Index of the execution's abort flag, for VM sides that share flags with the host. */
+  /** Index of the run's stop flag, for VM sides that share flags with the host (0 otherwise). */
   slot: number;
   code: string;
   configuration: RunConfiguration;
@@ -22,7 +26,15 @@ export interface RunRequest {
   deadline: number | null;
   /** Time the guest may compute, tool waits excluded, or null for none. */
   cpuLimitMs: number | null;
+  /** Tool and global calls the run may make; a call past it rejects in the script. */
+  maxCalls: number;
   deterministic: { startedAt: number; seed: number } | null;
+  /** Four 32-bit words seeding `Math.random` of a run that is not deterministic; null: the VM side picks them. */
+  random: number[] | null;
+  /** Whether the VM side reports the clock values the run reads (`clock` messages), so that it can be replayed. */
+  journal: boolean;
+  /** Clock values a replayed run reads first, in order (those its first attempt read); null when not a replay. */
+  replayClock: number[] | null;
   /**
    * Set for a program: `code` is a function expression `async (input, tools) => ...`, called with the parsed input
    * and a `tools` object whose `call(toolId, input)` resolves to whatever the host answers. A program sees no other
@@ -59,22 +71,66 @@ export type CallOutcome =
   | { ok: true; value: string | undefined }
   | { ok: false; message: string; properties: string | undefined };
 
+/**
+ * How a run ended, as the engine saw it: code mode and the host map these to their own codes without reading error
+ * texts. `returned` includes `exit()`; `threw` is a script error (also one it failed to parse, or a limit of the
+ * script environment such as its output); `cpu_limit` and `memory_limit` are the VM's own limits; `deadline` its
+ * wall clock; `stopped` a stop from the host (an abort); `vm_failed` anything that is the VM side's fault.
+ */
+export type RunEndReason = "returned" | "threw" | "cpu_limit" | "memory_limit" | "deadline" | "stopped" | "vm_failed";
+export const RUN_END_REASONS: readonly RunEndReason[] = [
+  "returned",
+  "threw",
+  "cpu_limit",
+  "memory_limit",
+  "deadline",
+  "stopped",
+  "vm_failed",
+];
+
 export type RunResult =
-  | { ok: true; value: string | undefined; writes: string | undefined; cpuMs: number; during: During | null }
-  | { ok: false; error: CodemodeError; cpuMs: number; during: During | null };
+  | {
+      ok: true;
+      reason: "returned";
+      value: string | undefined;
+      writes: string | undefined;
+      cpuMs: number;
+      during: During | null;
+    }
+  | {
+      ok: false;
+      reason: Exclude<RunEndReason, "returned">;
+      error: CodemodeError;
+      cpuMs: number;
+      during: During | null;
+    };
 
 export interface During {
   seq: number;
   issued: number;
 }
 
-/** VM side -> host. */
+/** Run events: VM side -> host, about one run. */
 export type VmEvent =
   | { type: "started"; exec: number; fingerprint: string }
   | { type: "call"; exec: number; id: number; target: "tool" | "global"; name: string; args: string | undefined }
   | { type: "output"; exec: number; item: CodemodeOutputItem }
   | { type: "idle"; exec: number; seq: number; issued: number }
+  /** Clock values the run read since its last message (null: more than a journal keeps; it cannot be replayed). */
+  | { type: "clock"; exec: number; reads: number[] | null }
   | { type: "done"; exec: number; result: RunResult };
+
+/** Messages of the VM side about itself. */
+export type VmStatus =
+  | { type: "ready"; protocol: typeof PROTOCOL_NAME; version: number; versions: Record<string, string> }
+  | { type: "failed"; message: string }
+  /** The run whose turn has computed for LONG_TURN_MS (null: that turn ended): a stop queued behind it waits. */
+  | { type: "busy"; exec: number | null }
+  /** The VM side nears a limit of its own (a process's CPU rlimit): it takes no new runs and ends once idle. */
+  | { type: "retire" };
+
+/** VM side -> host. */
+export type VmMessage = VmEvent | VmStatus;
 
 /** Host -> VM side. */
 export type HostCommand =
@@ -90,15 +146,20 @@ export const CPU_LIMIT_ERROR = "CpuLimitExceeded";
 /** Message of a run the VM side stopped at its deadline; the host replaces it with one that names the limit. */
 export const DEADLINE_MESSAGE = "The execution timed out";
 
-/** Codes written to a shared abort flag. */
+/** Codes written to a shared stop flag. */
 export const StopCode = { none: 0, timeout: 1, aborted: 2 } as const;
 
-/** A message from a VM side that breaks the protocol; the launcher kills that VM side once. */
+/** A message that breaks the protocol; the host ends that VM side once. */
 export class ProtocolError extends Error {}
+
+/** Clock values one run may report for its journal before it stops being replayable. */
+export const MAX_JOURNAL_CLOCK_READS = 4096;
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 const isStr = (v: unknown): v is string => typeof v === "string";
 const isOptStr = (v: unknown): v is string | undefined => v === undefined || typeof v === "string";
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+const isFiniteNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
 
 function exactKeys(value: Record<string, unknown>, allowed: readonly string[], what: string): void {
   for (const key of Object.keys(value)) {
@@ -106,15 +167,45 @@ function exactKeys(value: Record<string, unknown>, allowed: readonly string[], w
   }
 }
 
-/**
- * Checks that `value` is a well-formed VM event: known type, exact fields, right types. The VM side runs the guest, so
- * its traffic is validated like any untrusted input.
- */
-export function parseVmEvent(value: unknown): VmEvent {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new ProtocolError("a VM message is not an object");
+function object(value: unknown, what: string): Record<string, unknown> {
+  if (!isObject(value)) throw new ProtocolError(`${what} is not an object`);
+  return value;
+}
+
+/** Checks a message from a VM side: known type, exact fields, right types. Returns it typed, or throws ProtocolError. */
+export function parseVmMessage(value: unknown): VmMessage {
+  const m = object(value, "a VM message");
+  switch (m.type) {
+    case "ready":
+      exactKeys(m, ["type", "protocol", "version", "versions"], "ready");
+      if (m.protocol !== PROTOCOL_NAME || m.version !== PROTOCOL_VERSION) {
+        throw new ProtocolError(
+          `the VM side speaks ${String(m.protocol)} version ${String(m.version)}, not ${PROTOCOL_NAME} version ${PROTOCOL_VERSION}`,
+        );
+      }
+      if (!isObject(m.versions) || !Object.values(m.versions).every(isStr)) {
+        throw new ProtocolError("ready.versions is not an object of strings");
+      }
+      return m as unknown as VmMessage;
+    case "failed":
+      exactKeys(m, ["type", "message"], "failed");
+      if (!isStr(m.message)) throw new ProtocolError("failed.message is not a string");
+      return m as unknown as VmMessage;
+    case "busy":
+      exactKeys(m, ["type", "exec"], "busy");
+      if (m.exec !== null && !isInt(m.exec)) throw new ProtocolError("busy.exec is not a run id or null");
+      return m as unknown as VmMessage;
+    case "retire":
+      exactKeys(m, ["type"], "retire");
+      return m as unknown as VmMessage;
+    default:
+      return parseVmEvent(m);
   }
-  const m = value as Record<string, unknown>;
+}
+
+/** Checks a run event (see parseVmMessage). */
+export function parseVmEvent(value: unknown): VmEvent {
+  const m = object(value, "a VM message");
   if (!isInt(m.exec)) throw new ProtocolError("a VM message has no valid exec id");
   switch (m.type) {
     case "started":
@@ -129,8 +220,7 @@ export function parseVmEvent(value: unknown): VmEvent {
       break;
     case "output": {
       exactKeys(m, ["type", "exec", "item"], "output");
-      const item = m.item as Record<string, unknown> | null;
-      if (item === null || typeof item !== "object") throw new ProtocolError("output.item is not an object");
+      const item = object(m.item, "output.item");
       if (item.type === "text") {
         exactKeys(item, ["type", "text", "console"], "output.item");
         if (!isStr(item.text) || (item.console !== undefined && item.console !== true)) {
@@ -138,8 +228,9 @@ export function parseVmEvent(value: unknown): VmEvent {
         }
       } else if (item.type === "image") {
         exactKeys(item, ["type", "data", "mimeType"], "output.item");
-        if (!isStr(item.data) || !isStr(item.mimeType))
+        if (!isStr(item.data) || !isStr(item.mimeType)) {
           throw new ProtocolError("an image item has fields of the wrong type");
+        }
       } else throw new ProtocolError("output.item has an unknown type");
       break;
     }
@@ -147,42 +238,150 @@ export function parseVmEvent(value: unknown): VmEvent {
       exactKeys(m, ["type", "exec", "seq", "issued"], "idle");
       if (!isInt(m.seq) || !isInt(m.issued)) throw new ProtocolError("idle has fields of the wrong type");
       break;
-    case "done": {
-      exactKeys(m, ["type", "exec", "result"], "done");
-      const r = m.result as Record<string, unknown> | null;
-      if (r === null || typeof r !== "object") throw new ProtocolError("done.result is not an object");
-      if (typeof r.cpuMs !== "number") throw new ProtocolError("done.result.cpuMs is not a number");
-      const during = r.during as Record<string, unknown> | null;
-      if (during !== null && (typeof during !== "object" || !isInt(during.seq) || !isInt(during.issued))) {
-        throw new ProtocolError("done.result.during is malformed");
+    case "clock":
+      exactKeys(m, ["type", "exec", "reads"], "clock");
+      if (
+        m.reads !== null &&
+        (!Array.isArray(m.reads) || m.reads.length > MAX_JOURNAL_CLOCK_READS || !m.reads.every(isFiniteNumber))
+      ) {
+        throw new ProtocolError("clock.reads is not a list of numbers or null");
       }
-      if (r.ok === true) {
-        exactKeys(r, ["ok", "value", "writes", "cpuMs", "during"], "done.result");
-        if (!isOptStr(r.value) || !isOptStr(r.writes))
-          throw new ProtocolError("done.result has fields of the wrong type");
-      } else if (r.ok === false) {
-        exactKeys(r, ["ok", "error", "cpuMs", "during"], "done.result");
-        const e = r.error as Record<string, unknown> | null;
-        if (e === null || typeof e !== "object") throw new ProtocolError("done.result.error is not an object");
-        exactKeys(e, ["kind", "name", "message", "stack"], "done.result.error");
-        if (
-          !["script", "timeout", "aborted", "sandbox"].includes(e.kind as string) ||
-          !isStr(e.message) ||
-          !isOptStr(e.name) ||
-          !isOptStr(e.stack)
-        ) {
-          throw new ProtocolError("done.result.error has fields of the wrong type");
-        }
-      } else throw new ProtocolError("done.result.ok is not a boolean");
       break;
-    }
+    case "done":
+      exactKeys(m, ["type", "exec", "result"], "done");
+      checkResult(object(m.result, "done.result"));
+      break;
     default:
-      throw new ProtocolError(`a VM message has an unknown type`);
+      throw new ProtocolError("a VM message has an unknown type");
   }
   return m as unknown as VmEvent;
 }
 
+function checkResult(r: Record<string, unknown>): void {
+  if (!isFiniteNumber(r.cpuMs) || r.cpuMs < 0) throw new ProtocolError("done.result.cpuMs is not a number");
+  const during = r.during;
+  if (during !== null) {
+    const d = object(during, "done.result.during");
+    exactKeys(d, ["seq", "issued"], "done.result.during");
+    if (!isInt(d.seq) || !isInt(d.issued)) throw new ProtocolError("done.result.during is malformed");
+  }
+  if (r.ok === true) {
+    exactKeys(r, ["ok", "reason", "value", "writes", "cpuMs", "during"], "done.result");
+    if (r.reason !== "returned") throw new ProtocolError("a successful done.result has another reason than returned");
+    if (!isOptStr(r.value) || !isOptStr(r.writes)) throw new ProtocolError("done.result has fields of the wrong type");
+  } else if (r.ok === false) {
+    exactKeys(r, ["ok", "reason", "error", "cpuMs", "during"], "done.result");
+    if (r.reason === "returned" || !RUN_END_REASONS.includes(r.reason as RunEndReason)) {
+      throw new ProtocolError("a failed done.result has no valid reason");
+    }
+    const e = object(r.error, "done.result.error");
+    exactKeys(e, ["kind", "name", "message", "stack"], "done.result.error");
+    if (
+      !["script", "timeout", "aborted", "sandbox"].includes(e.kind as string) ||
+      !isStr(e.message) ||
+      !isOptStr(e.name) ||
+      !isOptStr(e.stack)
+    ) {
+      throw new ProtocolError("done.result.error has fields of the wrong type");
+    }
+  } else throw new ProtocolError("done.result.ok is not a boolean");
+}
+
+/** Checks a command from the host (see the module comment). Returns it typed, or throws ProtocolError. */
+export function parseHostCommand(value: unknown): HostCommand {
+  const m = object(value, "a host command");
+  switch (m.type) {
+    case "run": {
+      exactKeys(m, ["type", "request"], "run");
+      checkRequest(object(m.request, "run.request"));
+      break;
+    }
+    case "settle": {
+      exactKeys(m, ["type", "exec", "id", "outcome", "seq", "now"], "settle");
+      if (!isInt(m.exec) || !isInt(m.id)) throw new ProtocolError("settle has no valid exec or call id");
+      if ((m.seq !== null && !isInt(m.seq)) || (m.now !== null && !isFiniteNumber(m.now))) {
+        throw new ProtocolError("settle.seq or settle.now is malformed");
+      }
+      const o = object(m.outcome, "settle.outcome");
+      if (o.ok === true) {
+        exactKeys(o, ["ok", "value"], "settle.outcome");
+        if (!isOptStr(o.value)) throw new ProtocolError("settle.outcome.value is not JSON text");
+      } else if (o.ok === false) {
+        exactKeys(o, ["ok", "message", "properties"], "settle.outcome");
+        if (!isStr(o.message) || !isOptStr(o.properties)) {
+          throw new ProtocolError("settle.outcome has fields of the wrong type");
+        }
+      } else throw new ProtocolError("settle.outcome.ok is not a boolean");
+      break;
+    }
+    case "stop":
+      exactKeys(m, ["type", "exec", "reason"], "stop");
+      if (!isInt(m.exec) || (m.reason !== "timeout" && m.reason !== "aborted")) {
+        throw new ProtocolError("stop has fields of the wrong type");
+      }
+      break;
+    default:
+      throw new ProtocolError("a host command has an unknown type");
+  }
+  return m as unknown as HostCommand;
+}
+
+const REQUEST_KEYS = [
+  "exec",
+  "slot",
+  "code",
+  "configuration",
+  "store",
+  "memoryLimitBytes",
+  "deadline",
+  "cpuLimitMs",
+  "maxCalls",
+  "deterministic",
+  "random",
+  "journal",
+  "replayClock",
+  "program",
+];
+
+function checkRequest(r: Record<string, unknown>): void {
+  exactKeys(r, REQUEST_KEYS, "run.request");
+  const wrong = (field: string) => new ProtocolError(`run.request.${field} is malformed`);
+  if (!isInt(r.exec) || r.exec === 0) throw wrong("exec");
+  if (!isInt(r.slot)) throw wrong("slot");
+  if (!isStr(r.code)) throw wrong("code");
+  const c = object(r.configuration, "run.request.configuration");
+  exactKeys(c, ["key", "json"], "run.request.configuration");
+  if (!isStr(c.key) || !isStr(c.json)) throw wrong("configuration");
+  const store = object(r.store, "run.request.store");
+  if (!Object.values(store).every(isStr)) throw wrong("store");
+  if (!isInt(r.memoryLimitBytes) || r.memoryLimitBytes === 0) throw wrong("memoryLimitBytes");
+  if (r.deadline !== null && !isFiniteNumber(r.deadline)) throw wrong("deadline");
+  if (r.cpuLimitMs !== null && (!isFiniteNumber(r.cpuLimitMs) || r.cpuLimitMs < 0)) throw wrong("cpuLimitMs");
+  if (!isInt(r.maxCalls)) throw wrong("maxCalls");
+  if (r.deterministic !== null) {
+    const d = object(r.deterministic, "run.request.deterministic");
+    exactKeys(d, ["startedAt", "seed"], "run.request.deterministic");
+    if (!isFiniteNumber(d.startedAt) || !isInt(d.seed)) throw wrong("deterministic");
+  }
+  if (r.random !== null && (!Array.isArray(r.random) || r.random.length !== 4 || !r.random.every(isInt))) {
+    throw wrong("random");
+  }
+  if (typeof r.journal !== "boolean") throw wrong("journal");
+  if (r.replayClock !== null && (!Array.isArray(r.replayClock) || !r.replayClock.every(isFiniteNumber))) {
+    throw wrong("replayClock");
+  }
+  if (r.program !== null) {
+    const p = object(r.program, "run.request.program");
+    exactKeys(p, ["input"], "run.request.program");
+    if (!isStr(p.input)) throw wrong("program");
+  }
+}
+
 /** The `done` event of a run that the VM side could not run or finish: a `sandbox` error. */
-export function sandboxFailure(exec: number, message: string): VmEvent {
-  return { type: "done", exec, result: { ok: false, error: { kind: "sandbox", message }, cpuMs: 0, during: null } };
+export function sandboxFailure(exec: number, message: string): Extract<VmEvent, { type: "done" }> {
+  return {
+    type: "done",
+    exec,
+    result: { ok: false, reason: "vm_failed", error: { kind: "sandbox", message }, cpuMs: 0, during: null },
+  };
 }

@@ -21,7 +21,7 @@ import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
-import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS, MARK_EXPORT } from "./write-tracking.ts";
+import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS, MARK_EXPORT, OOM_COUNT_EXPORT } from "./write-tracking.ts";
 import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
 
 /** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
@@ -40,6 +40,8 @@ interface Exports extends ValueExports {
   qjs_run_gc(): void;
   /** Present in modules instrumented by write-tracking.ts. */
   [MARK_EXPORT]?: (address: number, length: number) => void;
+  /** Present in modules instrumented by write-tracking.ts. */
+  [OOM_COUNT_EXPORT]?: WebAssembly.Global;
 }
 
 /** quickjs-wasi's private members this module relies on (pinned version). */
@@ -527,6 +529,15 @@ export class GuestVm {
   setMemoryLimit(bytes: number): void {
     // 0 means "no limit" to QuickJS; the sandbox always passes a positive cap.
     this.exports.qjs_set_memory_limit(bytes);
+  }
+
+  /**
+   * How many times QuickJS refused an allocation (its out-of-memory errors) in this instance so far, in a module
+   * instrumented by write-tracking.ts; undefined for another module.
+   */
+  outOfMemoryCount(): number | undefined {
+    const counter = this.exports[OOM_COUNT_EXPORT];
+    return counter === undefined ? undefined : (counter.value as number);
   }
 
   allocatedBytes(): number {

@@ -14,6 +14,33 @@
  * stores aimed below `GUARD_END` trap instead of writing, so that no store (nor a memory-corrupting engine bug) can
  * clear marks and leave a block unrestored for the next execution.
  */
+import {
+  constantI32,
+  Decoder,
+  exportedFunction,
+  F32,
+  F64,
+  I32,
+  I64,
+  itemCount,
+  type ModuleFacts,
+  Reader,
+  readFunctionTypes,
+  readImportCounts,
+  readTypes,
+  type Section,
+  sectionsOf,
+  sleb,
+  uleb,
+  V128,
+  vec,
+  WasmRewriteError,
+  WRITES_NOTHING,
+  WRITES_STORE,
+  Writer,
+} from "./wasm-binary.ts";
+
+export { WasmRewriteError };
 
 /** Bytes per tracked block (log2). */
 export const BLOCK_SHIFT = 12;
@@ -25,485 +52,17 @@ export const MAP_BLOCKS = (16 * 1024 * 1024) >> BLOCK_SHIFT;
 export const GUARD_END = MAP_BASE + MAP_BLOCKS;
 /** The export that marks an instrumented module (a function marking [address, address + length) as written). */
 export const MARK_EXPORT = "airlock_mark_written";
+/**
+ * The export of a global that counts QuickJS's out-of-memory errors: the prologue of `JS_ThrowOutOfMemory` adds one.
+ * A run that ends with an out-of-memory error while it stayed unchanged threw one of its own making.
+ */
+export const OOM_COUNT_EXPORT = "airlock_oom_count";
+/** The function whose calls the counter counts. */
+const OOM_FUNCTION = "JS_ThrowOutOfMemory";
 
 const MASK = MAP_BLOCKS - 1;
 /** The stack the module starts with must lie well above the map: QuickJS's guard stops recursion long before. */
 const MIN_STACK_TOP = 512 * 1024;
-
-const I32 = 0x7f;
-const I64 = 0x7e;
-const F32 = 0x7d;
-const F64 = 0x7c;
-const V128 = 0x7b;
-
-/** Value types of the stores, by opcode (0: not a store). */
-const STORE_VALUE = new Uint8Array(256);
-for (const [op, type] of [
-  [0x36, I32],
-  [0x37, I64],
-  [0x38, F32],
-  [0x39, F64],
-  [0x3a, I32],
-  [0x3b, I32],
-  [0x3c, I64],
-  [0x3d, I64],
-  [0x3e, I64],
-] as const) {
-  STORE_VALUE[op] = type;
-}
-
-export class WasmRewriteError extends Error {
-  override name = "WasmRewriteError";
-}
-
-/** Reads a module's sections (their LEB128 numbers decoded by the code Decoder's reader). */
-class Reader {
-  pos: number;
-  private readonly leb: Decoder;
-  constructor(
-    readonly bytes: Uint8Array,
-    pos = 0,
-    readonly end = bytes.length,
-  ) {
-    this.pos = pos;
-    this.leb = new Decoder(bytes);
-  }
-
-  u8(): number {
-    if (this.pos >= this.end) throw new WasmRewriteError(`unexpected end of the module at byte ${this.pos}`);
-    return this.bytes[this.pos++] as number;
-  }
-
-  u32(): number {
-    const next = this.leb.readLeb(this.pos);
-    if (next > this.end) throw new WasmRewriteError(`unexpected end of the module at byte ${this.pos}`);
-    this.pos = next;
-    return this.leb.number;
-  }
-
-  /** A signed LEB128 of up to `bits` bits, as a number (exact up to 53 bits; only i32 values are used). */
-  signed(bits: number): number {
-    let result = 0;
-    let shift = 0;
-    let byte: number;
-    do {
-      byte = this.u8();
-      result += (byte & 0x7f) * 2 ** shift;
-      shift += 7;
-      if (shift > bits + 7) throw new WasmRewriteError(`malformed LEB128 at byte ${this.pos}`);
-    } while (byte & 0x80);
-    if (byte & 0x40) result -= 2 ** shift;
-    return result;
-  }
-
-  skip(count: number): void {
-    if (this.pos + count > this.end) throw new WasmRewriteError(`unexpected end of the module at byte ${this.pos}`);
-    this.pos += count;
-  }
-
-  name(): string {
-    const length = this.u32();
-    const start = this.pos;
-    this.skip(length);
-    return Buffer.from(this.bytes.subarray(start, start + length)).toString("utf8");
-  }
-
-  limits(): void {
-    const flags = this.u8();
-    this.u32();
-    if (flags & 1) this.u32();
-  }
-}
-
-/** A growable byte buffer for the rewritten code. */
-class Writer {
-  private buffer: Uint8Array;
-  length = 0;
-
-  constructor(capacity = 1 << 16) {
-    this.buffer = new Uint8Array(capacity);
-  }
-
-  private reserve(count: number): void {
-    if (this.length + count <= this.buffer.length) return;
-    let size = this.buffer.length * 2;
-    while (size < this.length + count) size *= 2;
-    const next = new Uint8Array(size);
-    next.set(this.buffer.subarray(0, this.length));
-    this.buffer = next;
-  }
-
-  bytes(values: ArrayLike<number>): void {
-    this.reserve(values.length);
-    this.buffer.set(values, this.length);
-    this.length += values.length;
-  }
-
-  u8(value: number): void {
-    this.reserve(1);
-    this.buffer[this.length++] = value;
-  }
-
-  uleb(value: number): void {
-    let rest = value;
-    do {
-      let byte = rest % 128;
-      rest = Math.floor(rest / 128);
-      if (rest !== 0) byte |= 0x80;
-      this.u8(byte);
-    } while (rest !== 0);
-  }
-
-  sleb(value: number): void {
-    let rest = value | 0;
-    for (;;) {
-      const byte = rest & 0x7f;
-      rest >>= 7;
-      if ((rest === 0 && (byte & 0x40) === 0) || (rest === -1 && (byte & 0x40) !== 0)) {
-        this.u8(byte);
-        return;
-      }
-      this.u8(byte | 0x80);
-    }
-  }
-
-  /** An instruction with one unsigned immediate (local.get, local.set, call...). */
-  op(code: number, immediate: number): void {
-    this.u8(code);
-    this.uleb(immediate);
-  }
-
-  result(): Uint8Array {
-    return this.buffer.subarray(0, this.length);
-  }
-
-  /** Empties the buffer for reuse (what `result()` returned is overwritten by later writes). */
-  clear(): void {
-    this.length = 0;
-  }
-}
-
-const encoder = new Writer(16);
-
-/** A number as an unsigned LEB128, as bytes (for the few encodings made outside a Writer). */
-function uleb(value: number): number[] {
-  encoder.clear();
-  encoder.uleb(value);
-  return [...encoder.result()];
-}
-
-/** A number as a signed LEB128 (of its 32-bit value), as bytes. */
-function sleb(value: number): number[] {
-  encoder.clear();
-  encoder.sleb(value);
-  return [...encoder.result()];
-}
-
-/** How an opcode's immediates are laid out (the decoder's table). */
-const NONE = 0;
-const LEB = 1;
-const LEB_2 = 2;
-const LOAD = 3;
-const STORE = 4;
-const BLOCK = 5;
-const BR_TABLE = 6;
-const SELECT_TYPED = 7;
-const MEMORY_INDEX = 8;
-const BYTE = 9;
-const FIXED_4 = 10;
-const FIXED_8 = 11;
-const PREFIX_FC = 12;
-const PREFIX_FD = 13;
-const UNKNOWN = 14;
-
-const OPCODES = new Uint8Array(256).fill(UNKNOWN);
-const classify = (kind: number, ...ops: number[]) => {
-  for (const op of ops) OPCODES[op] = kind;
-};
-// unreachable, nop, else, end, return, drop, select, ref.is_null
-classify(NONE, 0x00, 0x01, 0x05, 0x0b, 0x0f, 0x1a, 0x1b, 0xd1);
-for (let op = 0x45; op <= 0xc4; op++) OPCODES[op] = NONE; // numeric, sign extension included
-// block, loop, if
-classify(BLOCK, 0x02, 0x03, 0x04);
-// br, br_if, call, return_call, local.*, global.*, table.get/set, i32.const, i64.const, ref.func
-classify(LEB, 0x0c, 0x0d, 0x10, 0x12, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x41, 0x42, 0xd2);
-// call_indirect, return_call_indirect
-classify(LEB_2, 0x11, 0x13);
-for (let op = 0x28; op <= 0x35; op++) OPCODES[op] = LOAD;
-for (let op = 0x36; op <= 0x3e; op++) OPCODES[op] = STORE;
-classify(BR_TABLE, 0x0e);
-classify(SELECT_TYPED, 0x1c);
-classify(MEMORY_INDEX, 0x3f, 0x40); // memory.size, memory.grow
-classify(BYTE, 0xd0); // ref.null
-classify(FIXED_4, 0x43);
-classify(FIXED_8, 0x44);
-classify(PREFIX_FC, 0xfc);
-classify(PREFIX_FD, 0xfd);
-
-/** What an instruction writes. */
-const WRITES_NOTHING = 0;
-const WRITES_STORE = 1;
-const WRITES_BULK = 2;
-
-/**
- * Decodes code one instruction at a time, noting what each writes. It walks the bytes directly (no objects per
- * instruction): QuickJS has some 300,000 instructions, decoded at every process start. Unknown opcodes throw, so that
- * a module using features it cannot track is refused rather than tracked incompletely.
- */
-class Decoder {
-  /** WRITES_NOTHING, WRITES_STORE or WRITES_BULK, for the instruction last decoded. */
-  writes = WRITES_NOTHING;
-  /** A store's value type and offset immediate. */
-  value = 0;
-  offset = 0;
-
-  /** The value `readLeb` read last. */
-  number = 0;
-
-  constructor(private readonly bytes: Uint8Array) {}
-
-  /** Reads an unsigned LEB128 at `pos` into `number`; returns the position after it. */
-  readLeb(pos: number): number {
-    const bytes = this.bytes;
-    let result = 0;
-    let shift = 0;
-    let at = pos;
-    for (;;) {
-      const byte = bytes[at++] as number;
-      result += (byte & 0x7f) * 2 ** shift;
-      if ((byte & 0x80) === 0) {
-        this.number = result;
-        return at;
-      }
-      shift += 7;
-      if (shift > 35) throw new WasmRewriteError(`malformed LEB128 at byte ${pos}`);
-    }
-  }
-
-  /** Decodes the instruction at `at` and returns the position after it. */
-  next(at: number): number {
-    const bytes = this.bytes;
-    const op = bytes[at] as number;
-    let pos = at + 1;
-    this.writes = WRITES_NOTHING;
-    switch (OPCODES[op]) {
-      case NONE:
-        break;
-      case LEB:
-        pos = skipLeb(bytes, pos);
-        break;
-      case LEB_2:
-        pos = skipLeb(bytes, skipLeb(bytes, pos));
-        break;
-      case LOAD:
-        pos = this.memarg(pos, at);
-        break;
-      case STORE:
-        pos = this.memarg(pos, at);
-        this.writes = WRITES_STORE;
-        this.value = STORE_VALUE[op] as number;
-        break;
-      case BLOCK: {
-        const first = bytes[pos] as number;
-        // Empty, a value type, or a type index (a signed LEB).
-        pos = first === 0x40 || (first >= 0x6f && first <= 0x7f) ? pos + 1 : skipLeb(bytes, pos);
-        break;
-      }
-      case BR_TABLE: {
-        pos = this.readLeb(pos);
-        for (let i = this.number; i >= 0; i--) pos = skipLeb(bytes, pos);
-        break;
-      }
-      case SELECT_TYPED: {
-        pos = this.readLeb(pos);
-        pos += this.number;
-        break;
-      }
-      case MEMORY_INDEX:
-        if (bytes[pos] !== 0) throw new WasmRewriteError(`memory.size/grow at byte ${at} names a second memory`);
-        pos++;
-        break;
-      case BYTE:
-        pos++;
-        break;
-      case FIXED_4:
-        pos += 4;
-        break;
-      case FIXED_8:
-        pos += 8;
-        break;
-      case PREFIX_FC:
-        pos = this.prefixedFC(pos, at);
-        break;
-      case PREFIX_FD:
-        pos = this.prefixedSimd(pos, at);
-        break;
-      default:
-        throw new WasmRewriteError(`unsupported opcode 0x${op.toString(16)} at byte ${at}`);
-    }
-    if (pos > bytes.length) throw new WasmRewriteError(`unexpected end of code at byte ${at}`);
-    return pos;
-  }
-
-  /** A memory instruction's alignment and offset (kept in `offset`); only memory 0 is accepted. */
-  private memarg(pos: number, at: number): number {
-    let next = this.readLeb(pos);
-    if (this.number & 0x40) {
-      next = this.readLeb(next);
-      if (this.number !== 0) throw new WasmRewriteError(`a memory instruction at byte ${at} names a second memory`);
-    }
-    next = this.readLeb(next);
-    this.offset = this.number;
-    return next;
-  }
-
-  private prefixedFC(pos: number, at: number): number {
-    const bytes = this.bytes;
-    pos = this.readLeb(pos);
-    const sub = this.number;
-    if (sub <= 7) return pos; // saturating truncations
-    switch (sub) {
-      case 8: // memory.init
-        pos = skipLeb(bytes, pos);
-        if (bytes[pos] !== 0) throw new WasmRewriteError(`memory.init at byte ${at} names a second memory`);
-        this.writes = WRITES_BULK;
-        return pos + 1;
-      case 10: // memory.copy
-        if (bytes[pos] !== 0 || bytes[pos + 1] !== 0) {
-          throw new WasmRewriteError(`memory.copy at byte ${at} names a second memory`);
-        }
-        this.writes = WRITES_BULK;
-        return pos + 2;
-      case 11: // memory.fill
-        if (bytes[pos] !== 0) throw new WasmRewriteError(`memory.fill at byte ${at} names a second memory`);
-        this.writes = WRITES_BULK;
-        return pos + 1;
-      case 9: // data.drop
-      case 13: // elem.drop
-      case 15: // table.grow
-      case 16: // table.size
-      case 17: // table.fill
-        return skipLeb(bytes, pos);
-      case 12: // table.init
-      case 14: // table.copy
-        return skipLeb(bytes, skipLeb(bytes, pos));
-      default:
-        throw new WasmRewriteError(`unsupported opcode 0xfc ${sub} at byte ${at}`);
-    }
-  }
-
-  private prefixedSimd(pos: number, at: number): number {
-    pos = this.readLeb(pos);
-    const sub = this.number;
-    if (sub === 11 || (sub >= 88 && sub <= 91)) {
-      // v128.store, v128.storeN_lane (a lane index follows)
-      pos = this.memarg(pos, at);
-      this.writes = WRITES_STORE;
-      this.value = V128;
-      return sub === 11 ? pos : pos + 1;
-    }
-    if (sub <= 10 || sub === 92 || sub === 93) return this.memarg(pos, at);
-    if (sub >= 84 && sub <= 87) return this.memarg(pos, at) + 1;
-    if (sub === 12 || sub === 13) return pos + 16;
-    if (sub >= 21 && sub <= 34) return pos + 1;
-    if (sub > 0x113) throw new WasmRewriteError(`unsupported opcode 0xfd ${sub} at byte ${at}`);
-    return pos;
-  }
-}
-
-function skipLeb(bytes: Uint8Array, pos: number): number {
-  let at = pos;
-  while ((bytes[at++] as number) & 0x80) {
-    if (at - pos > 10) throw new WasmRewriteError(`malformed LEB128 at byte ${pos}`);
-  }
-  return at;
-}
-
-interface Section {
-  id: number;
-  body: Uint8Array;
-}
-
-function sectionsOf(bytes: Uint8Array): Section[] {
-  if (bytes.length < 8 || bytes[0] !== 0 || bytes[1] !== 0x61 || bytes[2] !== 0x73 || bytes[3] !== 0x6d) {
-    throw new WasmRewriteError("not a WebAssembly module");
-  }
-  const r = new Reader(bytes, 8);
-  const sections: Section[] = [];
-  while (r.pos < bytes.length) {
-    const id = r.u8();
-    const size = r.u32();
-    const start = r.pos;
-    r.skip(size);
-    sections.push({ id, body: bytes.subarray(start, start + size) });
-  }
-  return sections;
-}
-
-function vec(items: number[][]): number[] {
-  return [...uleb(items.length), ...items.flat()];
-}
-
-/** What the rewrite needs to know about the module before touching its code. */
-interface ModuleFacts {
-  /** Parameter counts per type index. */
-  params: number[];
-  importedFunctions: number;
-  /** Type index of each defined function. */
-  functionTypes: number[];
-}
-
-function readTypes(body: Uint8Array): number[] {
-  const r = new Reader(body);
-  const params: number[] = [];
-  for (let i = r.u32(); i > 0; i--) {
-    if (r.u8() !== 0x60) throw new WasmRewriteError("the type section holds a type that is not a function type");
-    const count = r.u32();
-    r.skip(count);
-    r.skip(r.u32());
-    params.push(count);
-  }
-  return params;
-}
-
-function readImportedFunctions(body: Uint8Array): number {
-  const r = new Reader(body);
-  let functions = 0;
-  for (let i = r.u32(); i > 0; i--) {
-    r.name();
-    r.name();
-    const kind = r.u8();
-    if (kind === 0) {
-      r.u32();
-      functions++;
-    } else if (kind === 1) {
-      r.u8();
-      r.limits();
-    } else if (kind === 2) {
-      throw new WasmRewriteError("the module imports its memory; only a memory of its own can be tracked");
-    } else if (kind === 3) {
-      r.skip(2);
-    } else {
-      throw new WasmRewriteError(`the module imports something of kind ${kind}`);
-    }
-  }
-  return functions;
-}
-
-function readFunctionTypes(body: Uint8Array): number[] {
-  const r = new Reader(body);
-  const types: number[] = [];
-  for (let i = r.u32(); i > 0; i--) types.push(r.u32());
-  return types;
-}
-
-/** The initial value of a constant i32 initializer expression. */
-function constantI32(r: Reader, what: string): number {
-  if (r.u8() !== 0x41) throw new WasmRewriteError(`${what} is not a constant`);
-  const value = r.signed(32);
-  if (r.u8() !== 0x0b) throw new WasmRewriteError(`${what} is not a constant`);
-  return value >>> 0;
-}
 
 /** Refuses a module whose memory layout would put data or the stack on the map. */
 function checkLayout(sections: Section[]): void {
@@ -569,7 +128,13 @@ const VALUE_SLOT: Record<number, number> = { [I32]: 4, [I64]: 5, [F32]: 6, [F64]
 /** The code of the function being rewritten (reused: functions are rewritten one at a time). */
 const code = new Writer(1 << 16);
 
-function rewriteBody(body: Uint8Array, paramCount: number, markFunction: number, out: Writer): void {
+function rewriteBody(
+  body: Uint8Array,
+  paramCount: number,
+  markFunction: number,
+  out: Writer,
+  prologue: readonly number[] = [],
+): void {
   const r = new Reader(body);
   const declarations: number[][] = [];
   let locals = 0;
@@ -581,6 +146,7 @@ function rewriteBody(body: Uint8Array, paramCount: number, markFunction: number,
   }
   const base = paramCount + locals;
   code.clear();
+  code.bytes(prologue);
   const decoder = new Decoder(body);
   let copied = r.pos;
   let writes = 0;
@@ -598,7 +164,7 @@ function rewriteBody(body: Uint8Array, paramCount: number, markFunction: number,
     } else bulkPrologue(code, base, markFunction);
     copied = start;
   }
-  if (writes === 0) {
+  if (writes === 0 && prologue.length === 0) {
     out.uleb(body.length);
     out.bytes(body);
     return;
@@ -693,7 +259,8 @@ function markBody(): number[] {
 }
 
 /**
- * Returns the module with every memory write tracked (see the file comment), plus an export `MARK_EXPORT`. Throws a
+ * Returns the module with every memory write tracked (see the file comment), plus an export `MARK_EXPORT` and the
+ * out-of-memory counter `OOM_COUNT_EXPORT`. Throws a
  * WasmRewriteError for a module it cannot track completely (an unknown instruction, an imported memory, data or a
  * stack near the map).
  */
@@ -702,7 +269,8 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   checkLayout(sections);
   const body = (id: number) => sections.find((s) => s.id === id)?.body;
   const importBody = body(2);
-  const importedFunctions = importBody ? readImportedFunctions(importBody) : 0;
+  const imported = importBody ? readImportCounts(importBody) : { functions: 0, globals: 0 };
+  const importedFunctions = imported.functions;
   const typeBody = body(1);
   const functionBody = body(3);
   const codeBody = body(10);
@@ -714,6 +282,14 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   };
   const markType = facts.params.length;
   const markFunction = facts.importedFunctions + facts.functionTypes.length;
+  // checkLayout found the export and global sections (they hold __stack_pointer).
+  const exportBody = body(7) as Uint8Array;
+  const globalBody = body(6) as Uint8Array;
+  const oomFunction = exportedFunction(exportBody, OOM_FUNCTION);
+  if (oomFunction === undefined) throw new WasmRewriteError(`the module exports no ${OOM_FUNCTION}`);
+  const oomGlobal = imported.globals + itemCount(globalBody);
+  // global.get $count; i32.const 1; i32.add; global.set $count
+  const oomPrologue = [0x23, ...uleb(oomGlobal), 0x41, 0x01, 0x6a, 0x24, ...uleb(oomGlobal)];
 
   const code = new Reader(codeBody);
   const count = code.u32();
@@ -725,25 +301,31 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
     const start = code.pos;
     code.skip(size);
     const type = facts.functionTypes[i] as number;
-    rewriteBody(codeBody.subarray(start, start + size), facts.params[type] as number, markFunction, bodies);
+    const prologue = facts.importedFunctions + i === oomFunction ? oomPrologue : [];
+    rewriteBody(codeBody.subarray(start, start + size), facts.params[type] as number, markFunction, bodies, prologue);
   }
   const mark = markBody();
   bodies.uleb(mark.length);
   bodies.bytes(mark);
 
-  const appended = (section: Uint8Array, item: number[]): number[] => {
+  const appendedMany = (section: Uint8Array, added: number, items: number[]): number[] => {
     const r = new Reader(section);
-    const items = r.u32();
-    return [...uleb(items + 1), ...section.subarray(r.pos), ...item];
+    const count = r.u32();
+    return [...uleb(count + added), ...section.subarray(r.pos), ...items];
   };
+  const appended = (section: Uint8Array, item: number[]): number[] => appendedMany(section, 1, item);
   const replaced = new Map<number, number[] | Uint8Array>([
     [1, appended(typeBody, [0x60, 2, I32, I32, 0])],
     [3, appended(functionBody, uleb(markType))],
     [10, bodies.result()],
   ]);
-  // checkLayout found the export section (it holds __stack_pointer).
-  const exportItem = [...uleb(MARK_EXPORT.length), ...Buffer.from(MARK_EXPORT), 0x00, ...uleb(markFunction)];
-  replaced.set(7, appended(body(7) as Uint8Array, exportItem));
+  const exportItems = [
+    ...[...uleb(MARK_EXPORT.length), ...Buffer.from(MARK_EXPORT), 0x00, ...uleb(markFunction)],
+    ...[...uleb(OOM_COUNT_EXPORT.length), ...Buffer.from(OOM_COUNT_EXPORT), 0x03, ...uleb(oomGlobal)],
+  ];
+  replaced.set(7, appendedMany(exportBody, 2, exportItems));
+  // (global (mut i32) (i32.const 0))
+  replaced.set(6, appended(globalBody, [I32, 0x01, 0x41, 0x00, 0x0b]));
 
   const parts: Uint8Array[] = [bytes.subarray(0, 8)];
   for (const section of sections) {

@@ -51,6 +51,11 @@ export class WorkerEventLane extends Lane {
     return this.write(json, STATE, State.polling, State.writing, State.full, [POSTED, this.posted]);
   }
 
+  /** Whether the host polls the lane now (a batch offered then may fit). */
+  hostPolls(): boolean {
+    return Atomics.load(this.header, STATE) === State.polling;
+  }
+
   /** Call for every message posted to the host. */
   posting(): void {
     this.posted++;

@@ -4,7 +4,13 @@
  * here at once, and the VM is told to stop.
  */
 import { clipError, MAX_CLOCK_MS, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "../engine/limits.ts";
-import { type CallOutcome, DEADLINE_MESSAGE, type RunResult, type VmEvent } from "../engine/protocol.ts";
+import {
+  type CallOutcome,
+  DEADLINE_MESSAGE,
+  type RunEndReason,
+  type RunResult,
+  type VmEvent,
+} from "../engine/protocol.ts";
 import type {
   CodemodeCall,
   CodemodeError,
@@ -49,6 +55,8 @@ interface OpenCall {
   startedAt: number;
   controller: AbortController | undefined;
   name: string;
+  /** Characters of its arguments (see `held`). */
+  size: number;
 }
 
 export class Execution {
@@ -59,6 +67,15 @@ export class Execution {
   private readonly calls: CodemodeCall[] = [];
   private readonly open = new Map<number, OpenCall>();
   private readonly usedSeqs = new Set<number>();
+  /** Calls the VM made so far. */
+  private callCount = 0;
+  /**
+   * Characters of open calls' arguments and of output: the VM side keeps them within the memory limit; a VM side
+   * that does not is broken (the host checks again, as it does the output limits).
+   */
+  private held = 0;
+  /** How the run ended, as the engine (or the host, for its own stops) says: see RunEndReason. */
+  reason: RunEndReason | undefined;
   private highestSeq = 0;
   private run!: LaunchedRun;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -112,6 +129,7 @@ export class Execution {
   /** Ends the execution with `kind` and tells the VM to stop. */
   stop(kind: "timeout" | "aborted", message: string): void {
     if (this.finished) return;
+    this.reason = kind === "timeout" ? "deadline" : "stopped";
     this.finish({ ok: false, error: { kind, message } });
     this.run?.stop(kind);
   }
@@ -119,6 +137,7 @@ export class Execution {
   /** Ends the execution with a `sandbox` error and tells the VM to stop. */
   private fail(message: string): void {
     if (this.finished) return;
+    this.reason = "vm_failed";
     this.finish({ ok: false, error: { kind: "sandbox", message } });
     this.run?.stop("aborted");
   }
@@ -208,6 +227,7 @@ export class Execution {
       }
       case "done": {
         const result = this.toResult(event.result);
+        this.reason ??= result.ok ? "returned" : event.result.reason;
         // After the hooks of the run's last events: a hook that throws still ends it with its error.
         if (this.hooks.length > 0) this.hooks.push(() => this.finish(result));
         else this.finish(result);
@@ -217,8 +237,14 @@ export class Execution {
   }
 
   private onOutput(item: CodemodeOutputItem): void {
-    this.outputChars += item.type === "text" ? item.text.length : item.data.length;
-    if (this.outputChars > MAX_OUTPUT_CHARS || this.output.length >= MAX_OUTPUT_ITEMS) {
+    const chars = item.type === "text" ? item.text.length : item.data.length;
+    this.outputChars += chars;
+    this.held += chars;
+    if (
+      this.outputChars > MAX_OUTPUT_CHARS ||
+      this.output.length >= MAX_OUTPUT_ITEMS ||
+      this.held > this.options.request.memoryLimitBytes
+    ) {
       // The VM side enforces these limits; a VM side that does not is broken.
       this.fail("the VM sent more output than the limits allow");
       return;
@@ -235,15 +261,22 @@ export class Execution {
       this.fail("the VM sent call arguments that are not JSON");
       return;
     }
+    const size = argsJson?.length ?? 0;
+    this.held += size;
+    if (++this.callCount > this.options.request.maxCalls || this.held > this.options.request.memoryLimitBytes) {
+      // The VM side keeps both limits; one that does not is broken.
+      this.fail("the VM made more calls, or held more in their arguments, than its limits allow");
+      return;
+    }
     const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
     if (target === "tool") this.calls.push(record);
     if (handler.kind === "deterministic") {
-      this.open.set(id, { record, startedAt: performance.now(), controller: undefined, name });
+      this.open.set(id, { record, startedAt: performance.now(), controller: undefined, name, size });
       this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
     }
     const tool = handler.resolve(target, name);
-    const open: OpenCall = { record, startedAt: performance.now(), controller: undefined, name };
+    const open: OpenCall = { record, startedAt: performance.now(), controller: undefined, name, size };
     this.open.set(id, open);
     if (!tool) {
       // The VM only calls names it was configured with; a resolver may still refuse one.
@@ -297,6 +330,7 @@ export class Execution {
     const call = this.open.get(id);
     if (!call) return;
     this.open.delete(id);
+    this.held -= call.size;
     call.record.status = status;
     call.record.durationMs = performance.now() - call.startedAt;
     if (status === "cancelled") call.controller?.abort(new Error("the execution ended"));

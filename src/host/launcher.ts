@@ -1,17 +1,15 @@
 /**
- * A launcher decides WHERE a VM runs (the calling thread, a worker thread, a child process); the host side of an
- * execution is the same for all of them and talks to the launcher only through this interface.
+ * A launcher decides WHERE a VM runs (the calling thread, or VM sides the pool keeps: worker threads, child
+ * processes, a transport); the host side of an execution is the same for all of them and talks to the launcher only
+ * through this interface.
  */
-import {
-  type CallOutcome,
-  type RunRequest,
-  type StopReason,
-  sandboxFailure,
-  type VmEvent,
-} from "../engine/protocol.ts";
+import type { CallOutcome, RunRequest, StopReason, VmEvent } from "../engine/protocol.ts";
 
-/** A run request before the launcher assigned its ids. */
-export type LaunchRequest = Omit<RunRequest, "exec" | "slot">;
+/**
+ * A run request before the launcher placed it: the launcher assigns its ids, seeds it (so that a rebuilt run reads
+ * the same random numbers), and says whether its VM side keeps a journal.
+ */
+export type LaunchRequest = Omit<RunRequest, "exec" | "slot" | "random" | "journal" | "replayClock">;
 
 export interface LaunchedRun {
   /** Hands a call's outcome to the VM; `seq` and `now` only in deterministic runs. */
@@ -28,33 +26,4 @@ export interface Launcher {
   launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun;
   /** Stops every run (each ends with `done`) and releases threads, processes and VMs. */
   close(): Promise<void>;
-}
-
-/** A launcher's record of one run on a VM side: where its events go, and the timer of a pending stop. */
-export interface RunEntry {
-  onEvent(event: VmEvent): void;
-  stopTimer?: ReturnType<typeof setTimeout>;
-}
-
-/** Ends every run of a VM side that is gone or was killed, each with a `sandbox` error, and forgets them. */
-export function failRuns(runs: Map<number, RunEntry>, reason: string): void {
-  const open = [...runs];
-  runs.clear();
-  for (const [exec, entry] of open) {
-    if (entry.stopTimer) clearTimeout(entry.stopTimer);
-    entry.onEvent(sandboxFailure(exec, reason));
-  }
-}
-
-/**
- * Arms a stopped run's grace period: when it runs out the VM side is killed, unless it is computing another run's
- * turn. A stop waits behind that turn (the VM side reads nothing meanwhile), whose own deadline bounds it: the grace
- * then starts again, so that one run's stop does not end the others.
- */
-export function armStopGrace(entry: RunEntry, graceMs: number, computesAnother: () => boolean, kill: () => void): void {
-  entry.stopTimer = setTimeout(() => {
-    if (computesAnother()) armStopGrace(entry, graceMs, computesAnother, kill);
-    else kill();
-  }, graceMs);
-  entry.stopTimer.unref?.();
 }

@@ -2,7 +2,7 @@
  * Runs one program (`async (input, tools) => output`) on a launcher: the primitive that governed code mode builds on.
  * The program sees standard JavaScript and `tools.call(toolId, input)`, which resolves to whatever `call` returns.
  */
-import { CPU_LIMIT_ERROR, runConfiguration } from "../engine/protocol.ts";
+import { type RunEndReason, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "./execution.ts";
 import type { Launcher } from "./launcher.ts";
 
@@ -20,6 +20,12 @@ export interface ProgramRunOptions {
   /** Answers `tools.call(toolId, input)`; the resolved value (JSON) is what the program receives. */
   call(toolId: string, input: unknown, signal: AbortSignal): Promise<unknown>;
 }
+
+/**
+ * Calls one program run may make in the VM. Code mode answers calls past a program's own `maxToolCalls` itself
+ * (LIMIT_EXCEEDED, without the broker); this bounds what a program can send at all.
+ */
+export const PROGRAM_MAX_CALLS = 100_000;
 
 /** Every program runs in the same environment: no tools object of the script environment, no globals. */
 export const PROGRAM_CONFIGURATION = runConfiguration({ tools: [], globals: [], deterministic: false, program: true });
@@ -50,6 +56,7 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
       memoryLimitBytes: options.memoryLimitBytes,
       deadline: Date.now() + options.wallTimeMs,
       cpuLimitMs: options.cpuLimitMs,
+      maxCalls: PROGRAM_MAX_CALLS,
       deterministic: null,
       program: { input: options.inputJson },
     },
@@ -66,16 +73,22 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
   });
   return execution.result.then((result): ProgramRunResult => {
     if (result.ok) return { status: "succeeded", output: result.value, cpuMs: 0 };
-    const { kind, name, message } = result.error;
-    if (kind === "timeout") {
-      return name === CPU_LIMIT_ERROR
-        ? { status: "failed", reason: "cpu_limit", message }
-        : { status: "failed", reason: "timeout", message };
+    const { name, message } = result.error;
+    const reason = FAILURE_REASONS[execution.reason ?? "vm_failed"];
+    if (reason === "program_error") {
+      return { status: "failed", reason, programError: { name: name ?? "Error", message }, message };
     }
-    if (kind === "aborted") return { status: "failed", reason: "aborted", message };
-    if (kind === "sandbox") return { status: "failed", reason: "sandbox_error", message };
-    if (name === "InternalError" && message === "out of memory")
-      return { status: "failed", reason: "memory_limit", message };
-    return { status: "failed", reason: "program_error", programError: { name: name ?? "Error", message }, message };
+    return { status: "failed", reason, message };
   });
 }
+
+/** How code mode names the way a run ended (without reading error texts). */
+const FAILURE_REASONS: Record<RunEndReason, ProgramFailureReason> = {
+  returned: "sandbox_error",
+  threw: "program_error",
+  cpu_limit: "cpu_limit",
+  memory_limit: "memory_limit",
+  deadline: "timeout",
+  stopped: "aborted",
+  vm_failed: "sandbox_error",
+};

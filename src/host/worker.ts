@@ -1,25 +1,25 @@
 /**
- * Entry of a worker thread of the pool: one VmRunner whose events go to the parent as messages. Bundlers that move
- * Airlock's files can point `workerUrl` at a file that imports `airlock-codemode/worker`.
+ * Entry of a worker thread of the pool: the one serve loop (engine/serve.ts) over the worker's port and the shared
+ * lanes. Bundlers that move Airlock's files can point `workerUrl` at a file that imports `airlock-codemode/worker`.
  */
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
-import type { HostCommand, VmEvent } from "../engine/protocol.ts";
-import { PROTOCOL_VERSION } from "../engine/protocol.ts";
-import { VmRunner } from "../engine/runner.ts";
+import type { VmMessage } from "../engine/protocol.ts";
+import { messageChars, serveVm } from "../engine/serve.ts";
 import { WorkerEventLane } from "./event-lane.ts";
-import { WorkerLane } from "./lane.ts";
+import { LANE_BYTES, WorkerLane } from "./lane.ts";
 
 export interface WorkerData {
   module: WebAssembly.Module;
   stopFlags: Int32Array;
+  handled: Int32Array;
+  turn: Int32Array;
+  turnEpochMs: number;
   /** See lane.ts. */
   lane: SharedArrayBuffer;
   /** See event-lane.ts. */
   events: SharedArrayBuffer;
   maxStackSize: number;
   maxVms: number;
-  /** See RunnerOptions.running. */
-  running: Int32Array;
 }
 
 /** How long a worker whose runs all wait on tools blocks on the lane before it goes back to its event loop. */
@@ -34,45 +34,39 @@ if (!isMainThread && parentPort) {
   const data = workerData as WorkerData;
   const lane = new WorkerLane(data.lane);
   const eventLane = new WorkerEventLane(data.events);
-  // Events leave in batches: everything one turn of the VM produced (calls started together, a loop of text()) is one
-  // message, sent once the current command has been handled.
-  let outbox: VmEvent[] = [];
-  const flush = () => {
-    if (outbox.length === 0) return;
-    const events = outbox;
-    outbox = [];
-    if (eventLane.offer(JSON.stringify(events))) return;
+  const send = (messages: VmMessage[]) => {
+    // Only batches that can fit are turned into JSON for the event lane; the rest are posted (structured clone).
+    if (eventLane.hostPolls() && messages.reduce((n, m) => n + messageChars(m), 0) <= LANE_BYTES) {
+      if (eventLane.offer(JSON.stringify(messages))) return;
+    }
     eventLane.posting();
-    port.postMessage(events);
+    port.postMessage(messages);
   };
-  const runner = new VmRunner({
-    ...data,
-    emit: (event) => {
-      if (outbox.push(event) === 1) queueMicrotask(flush);
+  const server = serveVm(
+    { send },
+    {
+      module: data.module,
+      maxStackSize: data.maxStackSize,
+      maxVms: data.maxVms,
+      stopFlags: data.stopFlags,
+      handled: data.handled,
+      turn: data.turn,
+      turnEpochMs: data.turnEpochMs,
     },
-  });
-  let isReady = false;
-  const ready = runner.init().then(() => {
-    isReady = true;
-  });
-  const handleAll = (commands: HostCommand[]) => {
-    for (const command of commands) runner.handle(command);
+  );
+  const handleAll = (commands: unknown) => {
+    if (Array.isArray(commands)) for (const command of commands) server.receive(command);
+    else server.receive(commands);
     // While every run waits on tools and nothing else needs this thread, the answers come through the lane.
-    while (runner.onlyWaitingOnCalls) {
-      flush();
+    while (server.onlyWaitingOnCalls) {
+      server.flush();
       const json = lane.wait(LANE_WAIT_MS);
       if (json === undefined) return;
-      for (const command of JSON.parse(json) as HostCommand[]) runner.handle(command);
+      for (const command of JSON.parse(json) as unknown[]) server.receive(command);
     }
   };
-  port.on("message", (commands: HostCommand[]) => {
+  port.on("message", (commands: unknown) => {
     lane.received++;
-    if (isReady) handleAll(commands);
-    else ready.then(() => handleAll(commands));
+    handleAll(commands);
   });
-  ready.then(
-    () => port.postMessage({ type: "ready", protocol: PROTOCOL_VERSION, versions: runner.versions }),
-    (error: unknown) =>
-      port.postMessage({ type: "failed", message: error instanceof Error ? error.message : String(error) }),
-  );
 }

@@ -9,5 +9,4 @@ export {
   type ProcessRuntime,
   WASM_MEMORY_HEADROOM_BYTES,
 } from "./isolation.ts";
-export { PROCESS_STOP_GRACE_MS } from "./pool.ts";
 export { DEFAULT_VMS_PER_CHILD, ProcessCodemodeSandbox, type ProcessCodemodeSandboxOptions } from "./sandbox.ts";

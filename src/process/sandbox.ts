@@ -4,7 +4,16 @@
  */
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
-import { CodemodeSandboxBase, checkCount, checkOptions, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
+import type { PoolStats } from "../host/pool.ts";
+import { defaultMaxPoolSize } from "../host/worker-pool.ts";
+import {
+  budgetOption,
+  CodemodeSandboxBase,
+  checkCount,
+  checkOptions,
+  DEFAULT_MEMORY_LIMIT_BYTES,
+} from "../sandbox/base.ts";
+import { checkMaxPoolSize } from "../sandbox/codemode.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation.ts";
 import { ProcessPool } from "./pool.ts";
@@ -13,8 +22,10 @@ import { ProcessPool } from "./pool.ts";
 export const DEFAULT_VMS_PER_CHILD = 64;
 
 export interface ProcessCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
-  /** Child processes in the pool; default: the machine's available parallelism. */
+  /** Child processes kept in the pool; default: the machine's available parallelism. */
   poolSize?: number;
+  /** Child processes at most, when every child computes (see CodemodeSandboxOptions.maxPoolSize). */
+  maxPoolSize?: number;
   /** VMs per child for concurrent executions; default `DEFAULT_VMS_PER_CHILD`. */
   maxVmsPerChild?: number;
   /** How the children are isolated; default: bubblewrap with seccomp and rlimits on Linux. */
@@ -38,7 +49,16 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
   readonly protections: ProcessProtections;
 
   constructor(options: ProcessCodemodeSandboxOptions = {}) {
-    checkOptions(options, "ProcessCodemodeSandbox", ["poolSize", "maxVmsPerChild", "isolation", "childEntry"]);
+    checkOptions(options, "ProcessCodemodeSandbox", [
+      "poolSize",
+      "maxPoolSize",
+      "maxVmsPerChild",
+      "isolation",
+      "childEntry",
+    ]);
+    const size = checkCount(options.poolSize, "poolSize") ?? Math.max(1, availableParallelism());
+    const maxSize = checkMaxPoolSize(options.maxPoolSize, size) ?? defaultMaxPoolSize(size);
+    const budget = budgetOption(options);
     const maxVms = checkCount(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;
     const memoryLimitBytes =
       typeof options.memoryLimitBytes === "number" && options.memoryLimitBytes > 0
@@ -46,10 +66,7 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
         : DEFAULT_MEMORY_LIMIT_BYTES;
     const entry = options.childEntry === undefined ? undefined : toPath(options.childEntry);
     const isolation = resolveIsolation(options.isolation ?? {}, { maxVms, memoryLimitBytes, entry });
-    const pool = new ProcessPool({
-      size: checkCount(options.poolSize, "poolSize") ?? Math.max(1, availableParallelism()),
-      plan: isolation.plan,
-    });
+    const pool = new ProcessPool({ size, maxSize, capacity: maxVms, plan: isolation.plan, budget });
     super(options, pool);
     this.pool = pool;
     this.protections = isolation.protections;
@@ -58,6 +75,11 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
   /** Resolves once every child has booted; executions wait for this by themselves. Rejects if a child cannot boot. */
   warm(): Promise<void> {
     return this.pool.warm();
+  }
+
+  /** What the pool did (see CodemodeSandbox.poolStats). */
+  get poolStats(): PoolStats {
+    return this.pool.stats;
   }
 
   /** Live child processes. */

@@ -2,10 +2,17 @@
  * The public sandbox API, shared by every launcher: option checks, the tool registry, `execute`, deterministic
  * `start` runs, and `close`. Subclasses only choose the launcher.
  */
-import { DEFAULT_TIMEOUT_MS, MAX_CLOCK_MS, MAX_VALUE_CHARS } from "../engine/limits.ts";
+import {
+  DEFAULT_MAX_TOOL_CALLS,
+  DEFAULT_TIMEOUT_MS,
+  MAX_CLOCK_MS,
+  MAX_TOOL_CALLS,
+  MAX_VALUE_CHARS,
+} from "../engine/limits.ts";
 import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
+import { budgetFor, type GuestMemoryBudget } from "../host/memory-budget.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
@@ -84,6 +91,7 @@ export abstract class CodemodeSandboxBase {
   private readonly executions = new Set<Execution>();
   private readonly timeoutMs: number;
   private readonly memoryLimitBytes: number;
+  private readonly maxToolCalls: number;
   private readonly typescript: boolean;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -96,6 +104,7 @@ export abstract class CodemodeSandboxBase {
       checkOptions(options);
       this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
       this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
+      this.maxToolCalls = checkMaxToolCalls(options.maxToolCalls) ?? DEFAULT_MAX_TOOL_CALLS;
       if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
         throw new TypeError("typescript must be a boolean");
       }
@@ -364,6 +373,7 @@ export abstract class CodemodeSandboxBase {
       memoryLimitBytes: this.memoryLimitBytes,
       deadline: Number.isFinite(timeoutMs) ? Date.now() + timeoutMs : null,
       cpuLimitMs: null,
+      maxCalls: this.maxToolCalls,
       deterministic,
       program: null,
     };
@@ -425,6 +435,8 @@ const BASE_OPTION_KEYS = optionKeys<CodemodeSandboxBaseOptions>({
   timeoutMs: true,
   memoryLimitBytes: true,
   typescript: true,
+  maxToolCalls: true,
+  maxTotalMemoryBytes: true,
 });
 const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({ signal: true, timeoutMs: true, store: true });
 
@@ -475,6 +487,31 @@ function checkTimeout(value: unknown, name: string): number | undefined {
     throw new RangeError(`${name} must be a positive number of ms or Infinity, got ${shown(value)}`);
   }
   return value;
+}
+
+function checkMaxToolCalls(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > MAX_TOOL_CALLS) {
+    throw new RangeError(`maxToolCalls must be an integer between 1 and ${MAX_TOOL_CALLS}, got ${shown(value)}`);
+  }
+  return value;
+}
+
+/**
+ * The guest-memory budget of a sandbox (see CodemodeSandboxBaseOptions.maxTotalMemoryBytes): checked before the
+ * launcher that uses it is made.
+ */
+export function budgetOption(options: CodemodeSandboxBaseOptions): GuestMemoryBudget {
+  const value = options.maxTotalMemoryBytes;
+  if (
+    value !== undefined &&
+    (typeof value !== "number" || !Number.isSafeInteger(value) || value < MIN_MEMORY_LIMIT_BYTES)
+  ) {
+    throw new RangeError(
+      `maxTotalMemoryBytes must be an integer number of bytes of at least ${MIN_MEMORY_LIMIT_BYTES}, got ${shown(value)}`,
+    );
+  }
+  return budgetFor(value);
 }
 
 function checkMemory(value: unknown): number | undefined {

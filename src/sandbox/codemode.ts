@@ -4,9 +4,10 @@ import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
 import { InlineLauncher } from "../host/inline.ts";
 import type { Launcher } from "../host/launcher.ts";
-import { WorkerPool } from "../host/worker-pool.ts";
+import type { PoolStats } from "../host/pool.ts";
+import { defaultMaxPoolSize, WorkerPool } from "../host/worker-pool.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { CodemodeSandboxBase, checkCount, checkOptions } from "./base.ts";
+import { budgetOption, CodemodeSandboxBase, checkCount, checkOptions } from "./base.ts";
 
 /** VMs one thread keeps for executions that wait on tools at the same time. */
 export const DEFAULT_VMS_PER_THREAD = 64;
@@ -20,8 +21,13 @@ export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
   /** Worker entry; default: Airlock's own. Pass a file that imports `airlock-codemode/worker` when Airlock is bundled. */
   workerUrl?: string | URL;
-  /** Worker threads in the pool; default: the machine's available parallelism. */
+  /** Worker threads kept in the pool; default: the machine's available parallelism. */
   poolSize?: number;
+  /**
+   * Worker threads at most: the pool grows past `poolSize` when every worker computes (new work never waits behind a
+   * computing script) and shrinks back when idle. Default `MAX_POOL_SIZE_PER_CORE` per core.
+   */
+  maxPoolSize?: number;
   /** VMs per worker for concurrent executions; default `DEFAULT_VMS_PER_THREAD`. */
   maxVmsPerWorker?: number;
 }
@@ -41,14 +47,17 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
   private readonly pool: WorkerPool | DeferredLauncher<WorkerPool>;
 
   constructor(options: CodemodeSandboxOptions = {}) {
-    checkOptions(options, "CodemodeSandbox", ["wasm", "workerUrl", "poolSize", "maxVmsPerWorker"]);
+    checkOptions(options, "CodemodeSandbox", ["wasm", "workerUrl", "poolSize", "maxPoolSize", "maxVmsPerWorker"]);
     const size = checkCount(options.poolSize, "poolSize");
+    const maxSize = checkMaxPoolSize(options.maxPoolSize, size);
+    const budget = budgetOption(options);
     const maxVmsPerWorker = checkCount(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD;
     const { workerUrl } = options;
     if (workerUrl !== undefined && typeof workerUrl !== "string" && !(workerUrl instanceof URL)) {
       throw new TypeError("workerUrl must be a path or a URL");
     }
-    const make = (module: WebAssembly.Module) => new WorkerPool({ module, size, maxVmsPerWorker, workerUrl });
+    const make = (module: WebAssembly.Module) =>
+      new WorkerPool({ module, size, maxSize, maxVmsPerWorker, workerUrl, budget });
     const pool = withModule(options.wasm, make);
     super(options, pool);
     this.pool = pool;
@@ -65,6 +74,12 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
     const pool = this.pool instanceof DeferredLauncher ? this.pool.inner : this.pool;
     return pool?.threadCount ?? 0;
   }
+
+  /** What the pool did: workers now and at most, workers lost while they had runs, runs moved to another worker. */
+  get poolStats(): PoolStats {
+    const pool = this.pool instanceof DeferredLauncher ? this.pool.inner : this.pool;
+    return pool?.stats ?? { live: 0, peak: 0, lost: 0, moved: 0 };
+  }
 }
 
 /**
@@ -77,8 +92,9 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
   constructor(options: InlineCodemodeSandboxOptions = {}) {
     checkOptions(options, "InlineCodemodeSandbox", ["wasm", "maxVms"]);
     const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
+    const budget = budgetOption(options);
     const make = (module: WebAssembly.Module) =>
-      new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms });
+      new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms, budget });
     const inline = withModule(options.wasm, make);
     super(options, inline);
     this.inline = inline;
@@ -88,6 +104,16 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
     await this.inline.warm();
     if (this.inline instanceof DeferredLauncher) await this.inline.inner?.warm();
   }
+}
+
+/** `maxPoolSize`, checked against `poolSize`; undefined: the default for the pool's size. */
+export function checkMaxPoolSize(value: unknown, size: number | undefined): number | undefined {
+  const max = checkCount(value, "maxPoolSize");
+  if (max !== undefined && size !== undefined && max < size) {
+    throw new RangeError(`maxPoolSize (${max}) must be at least poolSize (${size})`);
+  }
+  if (max === undefined && size !== undefined) return defaultMaxPoolSize(size);
+  return max;
 }
 
 /** The launcher at once for a module (or the default one), or once a promised module has compiled. */

@@ -4,6 +4,7 @@ import {
   type CodemodeSandboxBase,
   type CodemodeSandboxBaseOptions,
   InlineCodemodeSandbox,
+  type PoolStats,
   ProcessCodemodeSandbox,
 } from "airlock-codemode";
 import { warmFirst } from "../fixtures/process/warm-first.ts";
@@ -22,6 +23,27 @@ export const launchers: {
           name: "gvisor",
           make: (o = {}) =>
             warmFirst(new ProcessCodemodeSandbox({ poolSize: 1, ...o, isolation: { runtime: "gvisor" } })),
+        },
+      ]
+    : []),
+];
+
+/** Options of the launchers that keep a pool of VM sides. */
+export type PoolOptions = CodemodeSandboxBaseOptions & { poolSize?: number; maxPoolSize?: number };
+
+/** Every launcher that keeps a pool of VM sides (and so claims the behaviour of many executions at once). */
+export const pooledLaunchers: {
+  name: string;
+  make(options?: PoolOptions): CodemodeSandboxBase & { warm(): Promise<void>; readonly poolStats: PoolStats };
+}[] = [
+  { name: "worker", make: (options = {}) => new CodemodeSandbox(options) },
+  { name: "process", make: (options = {}) => warmFirst(new ProcessCodemodeSandbox(options)) },
+  ...(existsSync("/usr/bin/runsc") && process.getuid?.() === 0
+    ? [
+        {
+          name: "gvisor",
+          make: (o: PoolOptions = {}) =>
+            warmFirst(new ProcessCodemodeSandbox({ ...o, isolation: { runtime: "gvisor" } })),
         },
       ]
     : []),

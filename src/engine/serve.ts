@@ -1,0 +1,187 @@
+/**
+ * The one VM-side serve loop: whatever carries the messages (a worker thread's port, a child's stdio, a container's,
+ * a transport of the user's, an RPC stub), the VM side boots its runner, announces itself, checks every command it
+ * receives, runs it, and sends what each turn produced as one batch, never building a batch past a safe size.
+ */
+
+import {
+  type HostCommand,
+  PROTOCOL_NAME,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  parseHostCommand,
+  sandboxFailure,
+  type VmMessage,
+} from "./protocol.ts";
+import { VmRunner } from "./runner.ts";
+
+/** Characters of message content one batch may hold; a turn that produces more sends several batches. */
+export const MAX_BATCH_CHARS = 8 * 1024 * 1024;
+
+/** The VM side's end of a channel. */
+export interface VmChannel {
+  /** Sends one batch of messages, in order (everything one turn produced, or part of it). */
+  send(messages: VmMessage[]): void;
+  /**
+   * Sends one message at once, from inside a computing turn (`busy`). Only a channel that hands it to the host before
+   * returning can carry it; one that cannot leaves this out, and its host then ends a stop that goes unread on grace.
+   */
+  sendNow?(message: VmMessage): void;
+}
+
+export interface ServeOptions {
+  module: WebAssembly.Module;
+  /** QuickJS's stack guard: safe for the thread the VMs run on. */
+  maxStackSize: number;
+  /** VMs kept for runs that wait on tools at once. */
+  maxVms: number;
+  /** Serve only programs (a run without `program` fails): for VM sides that code mode alone uses. */
+  programsOnly?: boolean;
+  /** Shared with a host in the same process (see RunnerOptions). */
+  stopFlags?: Int32Array;
+  turn?: Int32Array;
+  turnEpochMs?: number;
+  handled?: Int32Array;
+  /** CPU time (ms) after which the VM side asks to be retired (a process, well before its RLIMIT_CPU ends it). */
+  retireCpuMs?: number | null;
+  /** A command that breaks the protocol; default: it is dropped. */
+  onProtocolError?(error: ProtocolError): void;
+}
+
+/** Rough size of a message's content in characters, for cutting batches. */
+export function messageChars(message: VmMessage): number {
+  switch (message.type) {
+    case "call":
+      return 64 + (message.args?.length ?? 0) + message.name.length;
+    case "output":
+      return 64 + (message.item.type === "text" ? message.item.text.length : message.item.data.length);
+    case "done":
+      return 256 + (message.result.ok ? (message.result.value?.length ?? 0) + (message.result.writes?.length ?? 0) : 0);
+    case "clock":
+      return 64 + 24 * (message.reads?.length ?? 0);
+    default:
+      return 64;
+  }
+}
+
+export class VmServer {
+  readonly ready: Promise<void>;
+  private readonly runner: VmRunner;
+  private isReady = false;
+  private readonly queued: HostCommand[] = [];
+  private outbox: VmMessage[] = [];
+  private outboxChars = 0;
+  private retired = false;
+
+  constructor(
+    private readonly channel: VmChannel,
+    private readonly options: ServeOptions,
+  ) {
+    const sendNow = channel.sendNow?.bind(channel);
+    this.runner = new VmRunner({
+      module: options.module,
+      maxStackSize: options.maxStackSize,
+      maxVms: options.maxVms,
+      stopFlags: options.stopFlags,
+      turn: options.turn,
+      turnEpochMs: options.turnEpochMs,
+      handled: options.handled,
+      emit: (event) => {
+        this.enqueue(event);
+        if (event.type === "done") this.checkRetire();
+      },
+      ...(sendNow
+        ? {
+            // From inside the turn, after what the turn produced so far: the host reads it while the turn goes on.
+            onLongTurn: (exec: number | null) => {
+              this.flush();
+              try {
+                sendNow({ type: "busy", exec });
+              } catch {
+                // Only a hint: a channel that cannot send it now must not break the turn.
+              }
+            },
+          }
+        : {}),
+    });
+    this.ready = this.runner.init().then(
+      () => {
+        this.isReady = true;
+        this.enqueue({
+          type: "ready",
+          protocol: PROTOCOL_NAME,
+          version: PROTOCOL_VERSION,
+          versions: this.runner.versions,
+        });
+        for (const command of this.queued.splice(0)) this.handle(command);
+      },
+      (error: unknown) => {
+        this.enqueue({ type: "failed", message: error instanceof Error ? error.message : String(error) });
+        throw error;
+      },
+    );
+    this.ready.catch(() => {});
+  }
+
+  /** Takes one message from the host: checked, then run (or queued until the VMs are booted). */
+  receive(message: unknown): void {
+    let command: HostCommand;
+    try {
+      command = parseHostCommand(message);
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      this.options.onProtocolError?.(error);
+      return;
+    }
+    if (this.isReady) this.handle(command);
+    else this.queued.push(command);
+  }
+
+  private handle(command: HostCommand): void {
+    if (command.type === "run" && this.options.programsOnly && command.request.program === null) {
+      this.enqueue(sandboxFailure(command.request.exec, "this VM side runs only programs"));
+      return;
+    }
+    this.runner.handle(command);
+  }
+
+  /** True when every run waits on tool calls and nothing else needs the thread (see VmRunner.onlyWaitingOnCalls). */
+  get onlyWaitingOnCalls(): boolean {
+    return this.runner.onlyWaitingOnCalls;
+  }
+
+  private enqueue(message: VmMessage): void {
+    if (this.outbox.push(message) === 1) queueMicrotask(() => this.flush());
+    this.outboxChars += messageChars(message);
+    // A turn that makes huge calls or output sends them as it goes, never one batch past the limit.
+    if (this.outboxChars > MAX_BATCH_CHARS) this.flush();
+  }
+
+  /** Sends what is queued now. */
+  flush(): void {
+    if (this.outbox.length === 0) return;
+    const messages = this.outbox;
+    this.outbox = [];
+    this.outboxChars = 0;
+    this.channel.send(messages);
+  }
+
+  private checkRetire(): void {
+    const limit = this.options.retireCpuMs;
+    if (this.retired || limit === undefined || limit === null) return;
+    const usage = process.cpuUsage();
+    if ((usage.user + usage.system) / 1000 > limit) {
+      this.retired = true;
+      this.enqueue({ type: "retire" });
+    }
+  }
+
+  close(): void {
+    this.runner.close();
+  }
+}
+
+/** Serves the protocol on a channel; the channel's receiving side calls `receive` for every message. */
+export function serveVm(channel: VmChannel, options: ServeOptions): VmServer {
+  return new VmServer(channel, options);
+}

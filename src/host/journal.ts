@@ -1,0 +1,170 @@
+/**
+ * A run's journal: everything the host told its VM (the request, every call's answer in the order it was sent, the
+ * clock values the VM read) and everything the VM told the host (its calls, output and idle points, in order). With it
+ * a run whose VM side was killed or is stuck behind another run's turn can be rebuilt on another VM side: the same
+ * request and the same answers, in the same order, give the same calls and output, and none of its tool calls is made
+ * again. The replay is checked event by event; one that differs fails the run instead of acting.
+ */
+
+import type { CallOutcome, VmEvent } from "../engine/protocol.ts";
+import type { CodemodeOutputItem } from "../types.ts";
+
+/** Characters a journal holds at most (call arguments and answers); past it the run can no longer be moved. */
+export const MAX_JOURNAL_CHARS = 8 * 1024 * 1024;
+
+/** What the host saw of the run, in order (clock values aside). */
+export type JournalEvent =
+  | { type: "started" }
+  | { type: "call"; id: number; target: "tool" | "global"; name: string; args: string | undefined }
+  | { type: "output"; item: CodemodeOutputItem }
+  | { type: "idle"; seq: number; issued: number };
+
+export interface JournalSettle {
+  id: number;
+  outcome: CallOutcome;
+  seq: number | null;
+  now: number | null;
+}
+
+export class Journal {
+  readonly events: JournalEvent[] = [];
+  readonly settles: JournalSettle[] = [];
+  readonly clock: number[] = [];
+  private chars = 0;
+  /** Set once the journal could not keep everything (too large, or the VM read the clock too often). */
+  lost = false;
+
+  constructor(private readonly maxChars: number) {}
+
+  private count(chars: number): void {
+    this.chars += chars;
+    if (this.chars > this.maxChars) this.drop();
+  }
+
+  /** Gives up on the journal: the run can no longer be moved, and its memory is freed. */
+  drop(): void {
+    this.lost = true;
+    this.events.length = 0;
+    this.settles.length = 0;
+    this.clock.length = 0;
+  }
+
+  /** Notes an event the host received and passed on. */
+  noteEvent(event: VmEvent): void {
+    if (this.lost) return;
+    switch (event.type) {
+      case "started":
+        this.events.push({ type: "started" });
+        break;
+      case "call":
+        this.events.push({ type: "call", id: event.id, target: event.target, name: event.name, args: event.args });
+        this.count(64 + (event.args?.length ?? 0));
+        break;
+      case "output":
+        // The execution keeps the item itself; the journal holds a reference.
+        this.events.push({ type: "output", item: event.item });
+        this.count(16);
+        break;
+      case "idle":
+        this.events.push({ type: "idle", seq: event.seq, issued: event.issued });
+        break;
+      case "clock":
+        if (event.reads === null) this.drop();
+        else {
+          for (const value of event.reads) this.clock.push(value);
+          this.count(8 * event.reads.length);
+        }
+        break;
+      case "done":
+        break;
+    }
+  }
+
+  /** Notes an answer the host sent. */
+  noteSettle(settle: JournalSettle): void {
+    if (this.lost) return;
+    this.settles.push(settle);
+    const outcome = settle.outcome;
+    this.count(
+      64 + (outcome.ok ? (outcome.value?.length ?? 0) : outcome.message.length + (outcome.properties?.length ?? 0)),
+    );
+  }
+}
+
+/** Where a replay is: how much of the journal it has matched. */
+export class Replay {
+  private at = 0;
+  /** Clock values the replay has reported so far (the first ones are the journal's, served back to it). */
+  private clockSeen = 0;
+  private readonly recordedClock: number;
+  private readonly recordedEvents: number;
+
+  constructor(private readonly journal: Journal) {
+    this.recordedClock = journal.clock.length;
+    this.recordedEvents = journal.events.length;
+  }
+
+  /** True once the replay has produced every event the journal holds: what follows is new. */
+  get caughtUp(): boolean {
+    return this.at >= this.recordedEvents;
+  }
+
+  /**
+   * Checks an event of the replay against the journal. "replayed": it matches one the host already passed on (drop
+   * it); "new": the replay has caught up (pass it on, and journal it); a string: the replay went another way.
+   */
+  check(event: VmEvent): "replayed" | "new" | string {
+    if (event.type === "clock") {
+      if (event.reads === null) return "new";
+      const recorded = Math.max(0, Math.min(event.reads.length, this.recordedClock - this.clockSeen));
+      this.clockSeen += event.reads.length;
+      if (recorded === event.reads.length) return "replayed";
+      if (recorded === 0) return "new";
+      // Part recorded, part new: journal the new part only.
+      this.journal.noteEvent({ ...event, reads: event.reads.slice(recorded) });
+      return "replayed";
+    }
+    if (this.caughtUp) return "new";
+    if (event.type === "done") return "it ended before it had made the calls and output of its first attempt";
+    const expected = this.journal.events[this.at] as JournalEvent;
+    const same = sameEvent(expected, event);
+    if (!same) return `it made ${describe(event)} where its first attempt made ${describeJournal(expected)}`;
+    this.at++;
+    return "replayed";
+  }
+}
+
+function sameEvent(expected: JournalEvent, event: VmEvent): boolean {
+  switch (event.type) {
+    case "started":
+      return expected.type === "started";
+    case "call":
+      return (
+        expected.type === "call" &&
+        expected.id === event.id &&
+        expected.target === event.target &&
+        expected.name === event.name &&
+        expected.args === event.args
+      );
+    case "output": {
+      if (expected.type !== "output") return false;
+      const a = expected.item;
+      const b = event.item;
+      if (a.type === "text" && b.type === "text") return a.text === b.text && a.console === b.console;
+      if (a.type === "image" && b.type === "image") return a.data === b.data && a.mimeType === b.mimeType;
+      return false;
+    }
+    case "idle":
+      return expected.type === "idle" && expected.seq === event.seq && expected.issued === event.issued;
+    default:
+      return false;
+  }
+}
+
+function describe(event: VmEvent): string {
+  return event.type === "call" ? `call ${event.id} (${event.name})` : `an ${event.type} event`;
+}
+
+function describeJournal(event: JournalEvent): string {
+  return event.type === "call" ? `call ${event.id} (${event.name})` : `an ${event.type} event`;
+}

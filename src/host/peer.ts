@@ -1,0 +1,401 @@
+/**
+ * The one host peer: the host's end of one VM side, over a small channel interface. It checks the handshake, sends
+ * runs and their calls' answers, validates every message the VM side sends (the strictest rules: known type, exact
+ * fields, call ids in order, events that fit the run), knows which run the VM side computes (from shared memory, or
+ * from its `busy` messages), gives a stopped run a grace period, and kills the VM side once when it breaks the
+ * protocol, fails, or does not stop a run in time. What happens to the runs of a VM side that is gone is the pool's
+ * decision (pool.ts): the peer only reports them.
+ */
+import {
+  type CallOutcome,
+  type HostCommand,
+  ProtocolError,
+  parseVmMessage,
+  type RunRequest,
+  StopCode,
+  type StopReason,
+  type VmEvent,
+} from "../engine/protocol.ts";
+import { LONG_TURN_MS, TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
+
+/** Memory a VM side in the same process shares with the host. */
+export interface SharedState {
+  /** Stop flags by slot (see StopCode). */
+  stopFlags: Int32Array;
+  /** Commands handled by slot (see RunnerOptions.handled). */
+  handled: Int32Array;
+  /** The turn word (see RunnerOptions.turn). */
+  turn: Int32Array;
+  /** What the turn word's start times count from. */
+  turnEpochMs: number;
+}
+
+/** The host's end of the channel to one VM side. */
+export interface HostChannel {
+  /** Sends commands, in order, as one batch. */
+  send(commands: HostCommand[]): void;
+  /** Sets the receiver of the VM side's messages, unchecked (the peer checks them). */
+  onMessage(handler: (message: unknown) => void): void;
+  /** Sets what happens when the VM side is gone by itself (exited, closed, failed), with how. */
+  onClose(handler: (reason: string) => void): void;
+  /** Sets what happens when the channel finds the VM side broke the protocol (a frame that is not JSON, say). */
+  onBroken?(handler: (reason: string) => void): void;
+  /** Ends the VM side for good (terminate the thread, kill the process, close the transport); resolves once gone. */
+  kill(): Promise<void>;
+  /** Whether the channel keeps the host process alive (it does while runs are open). */
+  ref?(on: boolean): void;
+  /** Set for a VM side in this process: the peer then stops runs and reads turns through shared memory. */
+  shared?: SharedState;
+  /**
+   * A command built from one execution's input (its request, a call's answer) that the channel cannot carry (over
+   * its frame limit) is that execution's fault: `send` throws a RangeError for it, and the peer fails that run alone.
+   */
+}
+
+export interface PeerOptions {
+  /** Time the VM side has to announce itself. */
+  bootTimeoutMs: number;
+  /** Time a stopped run has to end before the VM side is killed (unless it waits behind another run's turn). */
+  stopGraceMs: number;
+  /** Runs it takes at once (its VMs; with shared memory, its stop flags). */
+  capacity: number;
+  /** What the VM side is called in error messages: "worker", "child process", "VM side". */
+  what: string;
+  /**
+   * The VM side is gone (killed or by itself): `reason` says why; its open runs are still in `runs`. `broken`: it
+   * broke the protocol, so nothing it ran can be trusted (its runs fail rather than being rebuilt elsewhere).
+   */
+  onGone(peer: HostPeer, reason: string, broken: boolean): void;
+  /** The VM side asked to be retired (see VmStatus `retire`). */
+  onRetire?(peer: HostPeer): void;
+  /** The VM side says a turn has computed for long (message-based peers; shared ones are read, not told). */
+  onBusy?(peer: HostPeer): void;
+}
+
+/** One run on this VM side. */
+export interface PeerRun {
+  exec: number;
+  slot: number;
+  onEvent(event: VmEvent): void;
+  deterministic: boolean;
+  program: boolean;
+  journal: boolean;
+  /** Ids the VM side gave out so far: each call must carry the next one. */
+  lastCallId: number;
+  events: number;
+  /** Commands sent for this run, against the VM side's `handled` count for its slot (shared memory only). */
+  sent: number;
+  /** Message-based VM sides: a command went out and no event of the run came since. */
+  unanswered: boolean;
+  stopping: boolean;
+  /** The pool moved the run elsewhere: this VM side's copy is stopped, and its events are dropped. */
+  abandoned: boolean;
+  stopTimer?: ReturnType<typeof setTimeout>;
+}
+
+export class HostPeer {
+  readonly runs = new Map<number, PeerRun>();
+  readonly ready: Promise<void>;
+  dead = false;
+  booted = false;
+  retiring = false;
+  /** The run a message-based VM side said it computes, and since when (performance.now()); null otherwise. */
+  private busy: { exec: number; since: number } | null = null;
+  private readonly slots: number[] = [];
+  private readonly slotRuns = new Map<number, number>();
+  /** The highest run id sent: a message for a higher one (or 0) is a protocol break, a lower unknown one is late. */
+  private lastSent = 0;
+  private bootTimer: ReturnType<typeof setTimeout> | undefined;
+  private markReady!: () => void;
+  private markFailed!: (error: Error) => void;
+  /** When the VM side last sent a message (performance.now()), for placing work away from a silent one. */
+  lastHeard = 0;
+
+  constructor(
+    readonly channel: HostChannel,
+    private readonly options: PeerOptions,
+  ) {
+    this.ready = new Promise<void>((resolve, reject) => {
+      this.markReady = resolve;
+      this.markFailed = reject;
+    });
+    this.ready.catch(() => {});
+    const slotCount = channel.shared ? Math.min(options.capacity, channel.shared.stopFlags.length) : options.capacity;
+    for (let i = slotCount - 1; i >= 0; i--) this.slots.push(i);
+    this.bootTimer = setTimeout(
+      () => this.kill(`the ${options.what} did not announce itself in time`),
+      options.bootTimeoutMs,
+    );
+    this.bootTimer.unref?.();
+    channel.onMessage((message) => this.onMessage(message));
+    channel.onClose((reason) => this.kill(reason));
+    channel.onBroken?.((reason) => this.kill(reason, true));
+  }
+
+  /** Runs it can still take. */
+  get free(): number {
+    return this.retiring || this.dead ? 0 : this.slots.length;
+  }
+
+  // ---- runs ----
+
+  /** Sends a run; false when the channel refused its request (too large to carry): nothing was sent. */
+  launch(request: Omit<RunRequest, "exec" | "slot">, exec: number, onEvent: (event: VmEvent) => void): string | true {
+    const slot = this.slots.pop();
+    if (slot === undefined) throw new Error("launch(): the VM side has no free slot");
+    const shared = this.channel.shared;
+    if (shared) {
+      Atomics.store(shared.stopFlags, slot, StopCode.none);
+      Atomics.store(shared.handled, slot, 0);
+    }
+    const run: PeerRun = {
+      exec,
+      slot,
+      onEvent,
+      deterministic: request.deterministic !== null,
+      program: request.program !== null,
+      journal: request.journal,
+      lastCallId: 0,
+      events: 0,
+      sent: 0,
+      unanswered: false,
+      stopping: false,
+      abandoned: false,
+    };
+    if (this.runs.size === 0) this.channel.ref?.(true);
+    this.runs.set(exec, run);
+    this.slotRuns.set(slot, exec);
+    const refused = this.sendFor(run, { type: "run", request: { ...request, exec, slot } });
+    if (refused !== undefined) {
+      this.release(run);
+      return refused;
+    }
+    if (exec > this.lastSent) this.lastSent = exec;
+    return true;
+  }
+
+  /** Hands a call's answer to run `exec`; returns the channel's refusal of a too large answer, if any. */
+  settle(exec: number, id: number, outcome: CallOutcome, seq: number | null, now: number | null): string | undefined {
+    const run = this.runs.get(exec);
+    if (!run || run.abandoned || this.dead) return undefined;
+    return this.sendFor(run, { type: "settle", exec, id, outcome, seq, now });
+  }
+
+  /** Tells run `exec` to stop, and kills the VM side if it does not within the grace (see armGrace). */
+  stop(exec: number, reason: StopReason): void {
+    const run = this.runs.get(exec);
+    if (!run || run.stopping || this.dead) return;
+    run.stopping = true;
+    this.raiseFlag(run, reason);
+    this.sendFor(run, { type: "stop", exec, reason });
+    if (this.booted) this.armGrace(run);
+    else
+      this.ready.then(
+        () => this.armGrace(run),
+        () => {},
+      );
+  }
+
+  /** The pool moved run `exec` elsewhere: this copy stops, and nothing it sends reaches anyone. */
+  abandon(exec: number): void {
+    const run = this.runs.get(exec);
+    if (!run || run.abandoned) return;
+    run.abandoned = true;
+    if (run.stopTimer) clearTimeout(run.stopTimer);
+    run.stopping = true;
+    this.raiseFlag(run, "aborted");
+    if (!this.dead) this.sendFor(run, { type: "stop", exec, reason: "aborted" });
+  }
+
+  private raiseFlag(run: PeerRun, reason: StopReason): void {
+    const shared = this.channel.shared;
+    if (shared) Atomics.store(shared.stopFlags, run.slot, reason === "timeout" ? StopCode.timeout : StopCode.aborted);
+  }
+
+  /**
+   * A stopped run's grace: when it runs out the VM side is killed, unless it computes another live run's turn. A stop
+   * waits behind that turn (the VM side reads nothing meanwhile), whose own deadline bounds it: the grace then starts
+   * again, so that one run's stop does not end the others.
+   */
+  private armGrace(run: PeerRun): void {
+    if (!this.runs.has(run.exec) || run.abandoned || this.dead) return;
+    const graceMs = this.options.stopGraceMs;
+    const armedAt = performance.now();
+    run.stopTimer = setTimeout(() => {
+      // Timers run before the poll for I/O: what the VM side sent meanwhile (its `done`, a `busy`) is read first.
+      setImmediate(() => {
+        if (!this.runs.has(run.exec) || run.abandoned || this.dead) return;
+        // The host's own event loop was held up (a long synchronous task): the VM side did not get its grace.
+        const late = performance.now() - armedAt > 2 * graceMs;
+        const computing = this.computing();
+        const other =
+          computing !== undefined && computing.exec !== run.exec ? this.runs.get(computing.exec) : undefined;
+        const another = other !== undefined && !other.abandoned;
+        if (late || another) this.armGrace(run);
+        else this.kill(`the ${this.options.what} did not stop a run in time`);
+      });
+    }, graceMs);
+    run.stopTimer.unref?.();
+  }
+
+  private sendFor(run: PeerRun, command: HostCommand): string | undefined {
+    if (this.dead) return undefined;
+    try {
+      this.channel.send([command]);
+    } catch (error) {
+      if (error instanceof RangeError) return error.message;
+      this.kill(`could not send to the ${this.options.what}: ${(error as Error).message}`);
+      return undefined;
+    }
+    run.sent++;
+    run.unanswered = true;
+    return undefined;
+  }
+
+  /**
+   * The run whose turn the VM side computes, and for how many ms; undefined when it computes none (or, for a VM
+   * side without shared memory, none it has said so of).
+   */
+  computing(): { exec: number; forMs: number } | undefined {
+    const shared = this.channel.shared;
+    if (shared) {
+      const running = Atomics.load(shared.turn, TurnSlot.running);
+      if (running === 0) return undefined;
+      const exec = this.slotRuns.get(running - 1);
+      if (exec === undefined) return undefined;
+      const startedAt = Atomics.load(shared.turn, TurnSlot.startedAt);
+      return { exec, forMs: Math.max(0, Date.now() - shared.turnEpochMs - startedAt) };
+    }
+    if (this.busy === null) return undefined;
+    return { exec: this.busy.exec, forMs: performance.now() - this.busy.since + LONG_TURN_MS };
+  }
+
+  /** Whether run `exec` has a command the VM side has not taken yet (it waits behind another run's turn). */
+  waitsBehindTurn(exec: number): boolean {
+    const run = this.runs.get(exec);
+    if (!run || run.abandoned) return false;
+    const shared = this.channel.shared;
+    if (shared) return Atomics.load(shared.handled, run.slot) < run.sent;
+    return run.unanswered;
+  }
+
+  // ---- messages from the VM side ----
+
+  private onMessage(raw: unknown): void {
+    if (this.dead) return;
+    this.lastHeard = performance.now();
+    try {
+      this.handleMessage(raw);
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      this.kill(`the ${this.options.what} broke the protocol: ${error.message}`, true);
+    }
+  }
+
+  private handleMessage(raw: unknown): void {
+    const message = parseVmMessage(raw);
+    if (!this.booted) {
+      if (message.type === "ready") {
+        this.booted = true;
+        clearTimeout(this.bootTimer);
+        if (this.runs.size === 0) this.channel.ref?.(false);
+        this.markReady();
+        return;
+      }
+      if (message.type === "failed") {
+        this.kill(`the ${this.options.what} could not boot: ${message.message.slice(0, 400)}`);
+        return;
+      }
+      throw new ProtocolError("the VM side sent a message before it announced itself");
+    }
+    switch (message.type) {
+      case "ready":
+      case "failed":
+        throw new ProtocolError(`the VM side sent "${message.type}" after it announced itself`);
+      case "retire":
+        if (this.retiring) throw new ProtocolError("the VM side asked twice to retire");
+        this.retiring = true;
+        this.options.onRetire?.(this);
+        return;
+      case "busy": {
+        const exec = message.exec;
+        if (exec !== null && !this.runs.has(exec)) {
+          throw new ProtocolError("the VM side said it computes a run it does not have");
+        }
+        this.busy = exec === null ? null : { exec, since: performance.now() };
+        if (exec !== null) this.options.onBusy?.(this);
+        return;
+      }
+      default:
+        this.onEvent(message);
+    }
+  }
+
+  private onEvent(event: VmEvent): void {
+    const run = this.runs.get(event.exec);
+    // A run's entry stays until its `done` (a stopped or abandoned one too): anything else is for a run it was never
+    // sent, or after its end.
+    if (!run) {
+      throw new ProtocolError(
+        event.exec === 0 || event.exec > this.lastSent
+          ? "the VM side sent a message for a run it was never sent"
+          : "the VM side sent a message for a run that has ended",
+      );
+    }
+    run.events++;
+    run.unanswered = false;
+    switch (event.type) {
+      case "started":
+        if (!run.deterministic || run.events !== 1) throw new ProtocolError("started arrived out of order");
+        break;
+      case "idle":
+        if (!run.deterministic) throw new ProtocolError("idle arrived for a run that is not deterministic");
+        break;
+      case "output":
+        if (run.program) throw new ProtocolError("a program run sent output");
+        break;
+      case "clock":
+        if (!run.journal) throw new ProtocolError("clock arrived for a run that keeps no journal");
+        break;
+      case "call":
+        if (event.id !== run.lastCallId + 1) throw new ProtocolError("a call id is repeated or out of order");
+        run.lastCallId = event.id;
+        break;
+      case "done":
+        this.release(run);
+        break;
+    }
+    if (!run.abandoned) run.onEvent(event);
+  }
+
+  /** Forgets a run whose `done` came (or that was never sent), freeing its slot. */
+  private release(run: PeerRun): void {
+    this.runs.delete(run.exec);
+    this.slotRuns.delete(run.slot);
+    this.slots.push(run.slot);
+    if (this.busy?.exec === run.exec) this.busy = null;
+    if (run.stopTimer) clearTimeout(run.stopTimer);
+    if (this.runs.size === 0) {
+      if (this.booted) this.channel.ref?.(false);
+      if (this.retiring) this.kill(`the ${this.options.what} retired`);
+    }
+  }
+
+  /** Kills the VM side once; the pool hears of it (with the runs still open) through `onGone`. */
+  kill(reason: string, broken = false): void {
+    if (this.dead) return;
+    this.dead = true;
+    clearTimeout(this.bootTimer);
+    for (const run of this.runs.values()) if (run.stopTimer) clearTimeout(run.stopTimer);
+    this.markFailed(new Error(reason));
+    // Until it is gone, a dying VM side keeps the host alive, so that close() sees it end.
+    this.channel.ref?.(true);
+    this.exited = this.channel.kill().catch(() => {});
+    this.options.onGone(this, reason, broken);
+  }
+
+  /** Resolves once a killed VM side is gone. */
+  exited: Promise<void> | undefined;
+}
+
+export { TURN_SLOTS };

@@ -1,0 +1,530 @@
+/**
+ * The scheduler over host peers (peer.ts), the same for worker threads, child processes and VM sides behind a
+ * transport. It keeps executions apart:
+ * - New work never goes to a VM side that computes a long turn. When every one does (or is full), the pool grows, up
+ *   to `maxSize`, and extra VM sides are closed again once idle.
+ * - A run that waits behind another run's long turn (its start, or a call's answer, not taken yet) moves to another VM
+ *   side: it is rebuilt there from its journal (journal.ts), none of its calls made again.
+ * - A VM side that is killed (a run that did not stop in time, a protocol break) takes only that run: the others are
+ *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead.
+ * - Every run holds its memory limit from the host's guest-memory budget while its VM runs; one that does not fit
+ *   waits (its deadline still counting).
+ */
+
+import {
+  type CallOutcome,
+  CPU_LIMIT_ERROR,
+  type RunRequest,
+  type StopReason,
+  sandboxFailure,
+  type VmEvent,
+} from "../engine/protocol.ts";
+import { randomWords } from "../engine/random.ts";
+import { runFailure } from "../engine/run.ts";
+import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
+import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
+import type { GuestMemoryBudget } from "./memory-budget.ts";
+import { type HostChannel, HostPeer } from "./peer.ts";
+
+/** How long a turn may compute before the VM side counts as stuck: no new work, and waiting runs move away. */
+export const STUCK_AFTER_MS = 5;
+/** How often the pool looks at stuck VM sides while runs wait behind them. */
+const STUCK_CHECK_MS = 2;
+/** How long a VM side beyond the pool's base size stays once it has no runs. */
+export const EXTRA_IDLE_MS = 5_000;
+/**
+ * Time a stopped run has to end before its VM side is killed (the others move elsewhere). A worker thread shares its
+ * turn word with the host, so the host knows at once whether it computes another run's turn.
+ */
+export const STOP_GRACE_MS = 50;
+/**
+ * The same for a VM side across a pipe or transport (a child process, a container, one of the user's): it can say
+ * that it computes another run only once it has been scheduled and computed for LONG_TURN_MS, which on a loaded
+ * machine takes longer than a worker's grace.
+ */
+export const REMOTE_STOP_GRACE_MS = 250;
+/** Times one run may be rebuilt on another VM side; past it, it fails (a run that crashes every VM side it meets). */
+export const MAX_MOVES_PER_RUN = 3;
+
+export interface PeerPoolOptions {
+  /** Opens the channel to a new VM side (starts a worker thread, a child process, a transport). */
+  open(): HostChannel;
+  /** VM sides kept. */
+  size: number;
+  /** VM sides at most, when every one computes a long turn or is full. */
+  maxSize: number;
+  /** Runs one VM side takes at once. */
+  capacity: number;
+  /** What a VM side is called in error messages. */
+  what: string;
+  budget: GuestMemoryBudget;
+  stopGraceMs?: number;
+  bootTimeoutMs: number;
+  /** Journal runs so that they can move; false for VM sides that cannot replay (none of Airlock's). */
+  movable?: boolean;
+  /** Why a run fails when the pool is closed. */
+  closedMessage?: string;
+  /** Start VM sides on first use rather than at once (a transport's `launch()` may start a container). */
+  lazy?: boolean;
+}
+
+/** What the pool did, for monitoring (and tests). */
+export interface PoolStats {
+  /** VM sides kept now. */
+  live: number;
+  /** The most VM sides it kept at once. */
+  peak: number;
+  /** VM sides that ended while they had runs: killed (a run did not stop), crashed, or broke the protocol. */
+  lost: number;
+  /** Runs rebuilt on another VM side from their journal (moved away from a long turn, or from a lost VM side). */
+  moved: number;
+}
+
+/** One execution in the pool. */
+interface PoolRun {
+  request: Omit<RunRequest, "exec" | "slot">;
+  onEvent(event: VmEvent): void;
+  peer: HostPeer | undefined;
+  exec: number;
+  reserved: boolean;
+  journal: Journal | undefined;
+  replay: Replay | undefined;
+  stopped: StopReason | undefined;
+  done: boolean;
+  /** Times it was rebuilt elsewhere. */
+  moves: number;
+}
+
+export class PeerPool implements Launcher {
+  private readonly peers: HostPeer[] = [];
+  private readonly waiting: PoolRun[] = [];
+  /** Runs by their current exec id (a moved run gets a new one). */
+  private readonly byExec = new Map<number, PoolRun>();
+  private lastExec = 0;
+  private closed = false;
+  private checkTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly idleTimers = new Map<HostPeer, ReturnType<typeof setTimeout>>();
+  private readonly stopGraceMs: number;
+  private readonly unlisten: () => void;
+  private readonly counts = { peak: 0, lost: 0, moved: 0 };
+
+  constructor(private readonly options: PeerPoolOptions) {
+    const { size, maxSize } = options;
+    if (!Number.isInteger(size) || size < 1) throw new RangeError("poolSize must be a positive integer");
+    if (!Number.isInteger(maxSize) || maxSize < size) {
+      throw new RangeError(`maxPoolSize must be an integer of at least poolSize (${size}), got ${maxSize}`);
+    }
+    this.stopGraceMs = options.stopGraceMs ?? STOP_GRACE_MS;
+    if (!options.lazy) for (let i = 0; i < size; i++) this.spawn();
+    this.unlisten = options.budget.onRelease(() => this.pump());
+  }
+
+  /** Resolves once every VM side has booted; rejects with the reason of the first that could not. */
+  async warm(): Promise<void> {
+    await Promise.all(this.peers.map((p) => p.ready));
+  }
+
+  /** Live VM sides (for tests and monitoring). */
+  get peerCount(): number {
+    return this.peers.filter((p) => !p.dead).length;
+  }
+
+  get stats(): PoolStats {
+    return { live: this.peerCount, ...this.counts };
+  }
+
+  /** The live peers (for launchers that report on their VM sides). */
+  get livePeers(): readonly HostPeer[] {
+    return this.peers.filter((p) => !p.dead);
+  }
+
+  private spawn(): HostPeer {
+    const peer = new HostPeer(this.options.open(), {
+      bootTimeoutMs: this.options.bootTimeoutMs,
+      stopGraceMs: this.stopGraceMs,
+      capacity: this.options.capacity,
+      what: this.options.what,
+      onGone: (p, reason, broken) => this.onGone(p, reason, broken),
+      onRetire: (p) => this.onRetire(p),
+      onBusy: () => this.checkStuck(),
+    });
+    this.peers.push(peer);
+    this.counts.peak = Math.max(this.counts.peak, this.peerCount);
+    peer.ready.then(
+      () => this.pump(),
+      () => {},
+    );
+    return peer;
+  }
+
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
+    const movable = this.options.movable ?? true;
+    const run: PoolRun = {
+      request: {
+        ...request,
+        random: request.deterministic ? null : randomWords(),
+        journal: movable,
+        replayClock: null,
+      },
+      onEvent,
+      peer: undefined,
+      exec: 0,
+      reserved: false,
+      journal: movable ? new Journal(Math.min(MAX_JOURNAL_CHARS, request.memoryLimitBytes)) : undefined,
+      replay: undefined,
+      stopped: undefined,
+      done: false,
+      moves: 0,
+    };
+    const handle: LaunchedRun = {
+      settle: (id, outcome, seq, now) => this.settle(run, id, outcome, seq, now),
+      stop: (reason) => this.stop(run, reason),
+    };
+    if (this.closed) {
+      queueMicrotask(() => this.fail(run, this.options.closedMessage ?? "the sandbox is closed"));
+      return handle;
+    }
+    const budget = this.options.budget;
+    if (request.memoryLimitBytes > budget.totalBytes) {
+      queueMicrotask(() =>
+        this.fail(
+          run,
+          `the execution's memory limit of ${request.memoryLimitBytes} bytes is more than the host's guest-memory budget of ${budget.totalBytes} bytes (maxTotalMemoryBytes)`,
+        ),
+      );
+      return handle;
+    }
+    this.waiting.push(run);
+    this.pump();
+    return handle;
+  }
+
+  // ---- placing runs ----
+
+  /** Starts waiting runs, oldest first, while memory and a VM side are there for them. */
+  private pump(): void {
+    while (this.waiting.length > 0 && !this.closed) {
+      const run = this.waiting[0] as PoolRun;
+      if (!run.reserved) {
+        if (!this.options.budget.tryReserve(run.request.memoryLimitBytes)) return;
+        run.reserved = true;
+      }
+      const peer = this.pick(undefined);
+      if (!peer) {
+        // Every VM side is full or stuck and the pool is at its largest: look again shortly.
+        this.scheduleCheck();
+        return;
+      }
+      this.waiting.shift();
+      this.place(run, peer);
+    }
+  }
+
+  /**
+   * The VM side for new work (or a run that moves): a booted one with room that does not compute a long turn,
+   * preferring one that computes nothing, then the fewest runs. When there is none, the pool grows (one VM side at a
+   * time, up to its largest) and the work waits in the pool until one is free, rather than behind a long turn or a
+   * boot it may not need.
+   */
+  private pick(except: HostPeer | undefined): HostPeer | undefined {
+    let best: HostPeer | undefined;
+    let bestScore = Number.POSITIVE_INFINITY;
+    let booting = false;
+    for (const peer of this.peers) {
+      if (peer.dead) continue;
+      if (!peer.booted) {
+        booting = true;
+        continue;
+      }
+      if (peer === except || peer.free === 0) continue;
+      const computing = peer.computing();
+      if (computing !== undefined && computing.forMs >= STUCK_AFTER_MS) continue;
+      const score = (computing ? 1e6 : 0) + peer.runs.size;
+      if (score < bestScore) {
+        best = peer;
+        bestScore = score;
+      }
+    }
+    if (best) return best;
+    if (!booting && this.peers.filter((p) => !p.dead).length < this.options.maxSize) this.spawn();
+    return undefined;
+  }
+
+  private place(run: PoolRun, peer: HostPeer): void {
+    const exec = ++this.lastExec;
+    run.peer = peer;
+    run.exec = exec;
+    this.byExec.set(exec, run);
+    this.cancelIdle(peer);
+    const request = run.replay ? { ...run.request, replayClock: [...(run.journal as Journal).clock] } : run.request;
+    const sent = peer.launch(request, exec, (event) => this.onEvent(run, exec, event));
+    if (sent !== true) {
+      this.byExec.delete(exec);
+      run.peer = undefined;
+      this.fail(run, `the execution is too large to send to the ${this.options.what}: ${sent}`);
+      return;
+    }
+    if (run.replay) {
+      for (const s of (run.journal as Journal).settles) this.sendSettle(run, s.id, s.outcome, s.seq, s.now);
+    }
+    this.noteSent(peer, exec);
+  }
+
+  // ---- a run's traffic ----
+
+  private settle(run: PoolRun, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
+    if (run.done || run.stopped) return;
+    run.journal?.noteSettle({ id, outcome, seq, now });
+    if (run.journal?.lost) run.journal = undefined;
+    if (!run.peer) return;
+    this.sendSettle(run, id, outcome, seq, now);
+    this.noteSent(run.peer, run.exec);
+  }
+
+  private sendSettle(run: PoolRun, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
+    const peer = run.peer as HostPeer;
+    const refused = peer.settle(run.exec, id, outcome, seq, now);
+    if (refused === undefined) return;
+    // The call fails in the script instead, as a tool result over the size limit does.
+    const message = `the answer to this call is too large to send to the sandbox's ${this.options.what}: ${refused}`;
+    peer.settle(run.exec, id, { ok: false, message, properties: undefined }, seq, now);
+  }
+
+  private stop(run: PoolRun, reason: StopReason): void {
+    if (run.done || run.stopped) return;
+    run.stopped = reason;
+    const index = this.waiting.indexOf(run);
+    if (index >= 0) {
+      // It never reached a VM side: nothing to stop.
+      this.waiting.splice(index, 1);
+      this.finish(run);
+      return;
+    }
+    run.peer?.stop(run.exec, reason);
+  }
+
+  private onEvent(run: PoolRun, exec: number, event: VmEvent): void {
+    if (run.exec !== exec || run.done) return;
+    if (run.replay) {
+      const verdict = run.replay.check(event);
+      if (verdict === "replayed") return;
+      if (verdict !== "new") {
+        this.diverged(run, verdict);
+        return;
+      }
+      if (run.replay.caughtUp) run.replay = undefined;
+    }
+    run.journal?.noteEvent(event);
+    if (run.journal?.lost) run.journal = undefined;
+    if (event.type === "clock") return;
+    if (event.type === "done") {
+      this.byExec.delete(exec);
+      run.peer = undefined;
+      this.finish(run);
+    }
+    run.onEvent(event);
+  }
+
+  /** A rebuilt run went another way than its first attempt (it read something that changed): it fails, not acts. */
+  private diverged(run: PoolRun, how: string): void {
+    run.peer?.abandon(run.exec);
+    this.byExec.delete(run.exec);
+    run.peer = undefined;
+    this.fail(
+      run,
+      `the execution had to move to another ${this.options.what} and did not run the same way again (${how}); nothing it did after that was acted on`,
+    );
+  }
+
+  private fail(run: PoolRun, message: string): void {
+    if (run.done) return;
+    this.finish(run);
+    run.onEvent(sandboxFailure(run.exec, message));
+  }
+
+  /** The run's VM is gone: its memory goes back to the budget, and its VM side may become idle. */
+  private finish(run: PoolRun): void {
+    if (run.done) return;
+    run.done = true;
+    run.journal = undefined;
+    run.replay = undefined;
+    if (run.reserved) {
+      run.reserved = false;
+      this.options.budget.release(run.request.memoryLimitBytes);
+    }
+    this.idleCheck();
+    this.pump();
+  }
+
+  // ---- stuck VM sides and moves ----
+
+  /**
+   * After a command went to `peer`: if another run there may compute before the VM side takes it, the pool watches
+   * whether it waits behind a long turn.
+   */
+  private noteSent(peer: HostPeer, exec: number): void {
+    if (peer.runs.size > 1 || this.byExec.get(exec)?.request.cpuLimitMs != null) this.scheduleCheck();
+  }
+
+  private scheduleCheck(): void {
+    if (this.checkTimer || this.closed) return;
+    this.checkTimer = setTimeout(() => {
+      this.checkTimer = undefined;
+      this.checkStuck();
+    }, STUCK_CHECK_MS);
+    this.checkTimer.unref?.();
+  }
+
+  /**
+   * Moves runs that wait behind a long turn to other VM sides, and ends a run whose one turn computed past its whole
+   * CPU limit (a built-in the VM cannot interrupt); looks again while either may still happen.
+   */
+  private checkStuck(): void {
+    if (this.closed) return;
+    let again = false;
+    for (const peer of [...this.peers]) {
+      if (peer.dead) continue;
+      const computing = peer.computing();
+      const computed = computing && this.byExec.get(computing.exec);
+      const cpuLimit = computed ? computed.request.cpuLimitMs : null;
+      if (computing && computed && !computed.done && cpuLimit !== null) {
+        if (computing.forMs > cpuLimit) this.cpuExceeded(computed, peer, cpuLimit);
+        else again = true;
+      }
+      for (const entry of [...peer.runs.values()]) {
+        if (entry.exec === computing?.exec || !peer.waitsBehindTurn(entry.exec)) continue;
+        const run = this.byExec.get(entry.exec);
+        if (!run || run.done || run.stopped) continue;
+        // Its command is not taken yet: look again until it is, and move it once the turn ahead of it runs long.
+        again = true;
+        if (computing && computing.forMs >= STUCK_AFTER_MS && run.journal) this.move(run, peer);
+      }
+    }
+    this.pump();
+    if (again || this.waiting.length > 0) this.scheduleCheck();
+  }
+
+  /**
+   * A run whose current turn alone computed past its CPU limit: the VM could not interrupt it (one long built-in),
+   * so the host ends it with the limit, and its VM side is killed if it does not stop within the grace.
+   */
+  private cpuExceeded(run: PoolRun, peer: HostPeer, cpuLimitMs: number): void {
+    const exec = run.exec;
+    this.byExec.delete(exec);
+    run.peer = undefined;
+    peer.stop(exec, "aborted");
+    this.finish(run);
+    const message = `The script computed for more than its CPU limit of ${cpuLimitMs} ms`;
+    run.onEvent({ type: "done", exec, result: runFailure("cpu_limit", "timeout", message, CPU_LIMIT_ERROR) });
+  }
+
+  /** Rebuilds a run on another VM side from its journal; false when there is none to take it. */
+  private move(run: PoolRun, from: HostPeer): boolean {
+    if (run.moves >= MAX_MOVES_PER_RUN) return false;
+    const target = this.pick(from);
+    if (!target) return false;
+    if (!from.dead) from.abandon(run.exec);
+    this.byExec.delete(run.exec);
+    run.replay = new Replay(run.journal as Journal);
+    run.moves++;
+    this.counts.moved++;
+    this.place(run, target);
+    return true;
+  }
+
+  private onGone(peer: HostPeer, reason: string, broken: boolean): void {
+    const index = this.peers.indexOf(peer);
+    if (index >= 0) this.peers.splice(index, 1);
+    this.cancelIdle(peer);
+    if (peer.runs.size > 0 && !this.closed) this.counts.lost++;
+    // The run it computed when it went (if it said) may be what ended it: that one fails rather than moving.
+    const suspect = peer.computing()?.exec;
+    for (const entry of [...peer.runs.values()]) {
+      const run = this.byExec.get(entry.exec);
+      if (!run || run.peer !== peer || run.done) continue;
+      this.byExec.delete(entry.exec);
+      run.peer = undefined;
+      if (run.stopped) {
+        this.finish(run);
+        continue;
+      }
+      // A VM side that never booted ran nothing: rebuilding its runs elsewhere could fail the same way forever. One
+      // that broke the protocol may have acted for any of its runs: they fail with it.
+      if (
+        run.journal &&
+        !this.closed &&
+        peer.booted &&
+        !broken &&
+        entry.exec !== suspect &&
+        run.moves < MAX_MOVES_PER_RUN
+      ) {
+        // Rebuilt elsewhere; if no VM side can take it now, it waits for one.
+        run.replay = new Replay(run.journal);
+        run.moves++;
+        this.counts.moved++;
+        const target = this.pick(undefined);
+        if (target) this.place(run, target);
+        else this.waiting.unshift(run);
+        continue;
+      }
+      this.fail(run, reason);
+    }
+    // With no VM side left that is up or coming up, runs waiting for one fail with this one's reason; the next
+    // execution starts a VM side again (one that never booted is not respawned in a loop).
+    if (!peer.booted && !this.peers.some((p) => !p.dead)) {
+      for (const run of this.waiting.splice(0)) this.fail(run, reason);
+    }
+    // A VM side that booted is replaced off the request path.
+    const live = this.peers.filter((p) => !p.dead).length;
+    if (!this.closed && !this.options.lazy && peer.booted && live < this.options.size) this.spawn();
+    this.pump();
+  }
+
+  /** A VM side near a limit of its own takes no new runs; a fresh one takes its place, and it ends once idle. */
+  private onRetire(peer: HostPeer): void {
+    if (this.closed) return;
+    if (this.peers.filter((p) => !p.dead && !p.retiring).length < this.options.size) this.spawn();
+    if (peer.runs.size === 0) peer.kill(`the ${this.options.what} retired`);
+  }
+
+  /**
+   * Extra VM sides (past the base size) that have no runs are closed after EXTRA_IDLE_MS, the newest first: the
+   * oldest have run the most and are the warmest.
+   */
+  private idleCheck(): void {
+    const live = this.peers.filter((p) => !p.dead);
+    let extra = live.length - this.options.size - this.idleTimers.size;
+    for (let i = live.length - 1; i >= 0 && extra > 0; i--) {
+      const peer = live[i] as HostPeer;
+      if (peer.runs.size > 0 || this.idleTimers.has(peer)) continue;
+      extra--;
+      const timer = setTimeout(() => {
+        this.idleTimers.delete(peer);
+        if (peer.runs.size === 0 && this.peers.filter((p) => !p.dead).length > this.options.size) {
+          peer.kill(`the ${this.options.what} was idle`);
+        }
+      }, EXTRA_IDLE_MS);
+      timer.unref?.();
+      this.idleTimers.set(peer, timer);
+    }
+  }
+
+  private cancelIdle(peer: HostPeer): void {
+    const timer = this.idleTimers.get(peer);
+    if (timer) clearTimeout(timer);
+    this.idleTimers.delete(peer);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.unlisten();
+    if (this.checkTimer) clearTimeout(this.checkTimer);
+    for (const timer of this.idleTimers.values()) clearTimeout(timer);
+    this.idleTimers.clear();
+    const message = this.options.closedMessage ?? "the sandbox is closed";
+    for (const run of this.waiting.splice(0)) this.fail(run, message);
+    const peers = [...this.peers];
+    for (const peer of peers) peer.kill(message);
+    await Promise.all(peers.map((p) => p.exited));
+  }
+}

@@ -1,0 +1,292 @@
+/**
+ * A hostile execution harms only itself, also when many run at once (SECURITY.md 27-30), in every pooled launcher:
+ * nothing waits behind a computing script, a kill takes only the culprit (its neighbours are rebuilt elsewhere from
+ * their journals, none of their calls made twice), unawaited calls and output count against the memory limit, the
+ * host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about order and counts,
+ * never about time: neighbours must finish while the culprit still computes.
+ */
+import { type CodemodeSandboxBase, type CodemodeTool, DEFAULT_MAX_TOOL_CALLS, type PoolStats } from "airlock-codemode";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchers, pooledLaunchers } from "./helpers/sandboxes.ts";
+
+/** A tool whose calls wait until the test releases them; it counts every call it gets. */
+function gate() {
+  let calls = 0;
+  let open = false;
+  const waiting: (() => void)[] = [];
+  const tool: CodemodeTool = {
+    name: "gate",
+    execute: async (args) => {
+      calls++;
+      if (!open) await new Promise<void>((resolve) => waiting.push(resolve));
+      return args ?? "opened";
+    },
+  };
+  return {
+    tool,
+    get calls() {
+      return calls;
+    },
+    release() {
+      open = true;
+      for (const resolve of waiting.splice(0)) resolve();
+    },
+    reset() {
+      open = false;
+      calls = 0;
+    },
+  };
+}
+
+const counted = { add: 0, sink: 0 };
+const add: CodemodeTool = {
+  name: "add",
+  execute: async (args) => {
+    counted.add++;
+    const { a, b } = args as { a: number; b: number };
+    return a + b;
+  },
+};
+const sink: CodemodeTool = {
+  name: "sink",
+  execute: async (args) => {
+    counted.sink++;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    return typeof args === "string" ? args.length : 0;
+  },
+};
+
+const until = async (condition: () => boolean, what: string, timeoutMs = 20_000) => {
+  const started = Date.now();
+  while (!condition()) {
+    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+};
+
+type Pooled = CodemodeSandboxBase & { warm(): Promise<void>; readonly poolStats: PoolStats };
+
+describe.each(pooledLaunchers)("$name pool with a hostile execution among ordinary ones", ({ make }) => {
+  const door = gate();
+  let sandbox: Pooled;
+  beforeAll(async () => {
+    sandbox = make({ tools: [add, sink, door.tool], timeoutMs: 60_000, poolSize: 1, maxPoolSize: 4 }) as Pooled;
+    await sandbox.warm();
+  });
+  afterAll(async () => {
+    await sandbox.close();
+  });
+
+  it.each([1, 2])("runs 8 executions that call tools while %i script(s) spin, without waiting for them", async (n) => {
+    const stop = new AbortController();
+    const spinning = Array.from({ length: n }, () => sandbox.execute("while (true) {}", { signal: stop.signal }));
+    let spinnersEnded = false;
+    void Promise.all(spinning).then(() => {
+      spinnersEnded = true;
+    });
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => sandbox.execute(`return await tools.add({ a: ${i}, b: 1 });`)),
+    );
+    // Every neighbour finished while the spinners still computed: none of them waited for a spinner to end.
+    expect(spinnersEnded).toBe(false);
+    expect(results.map((r) => r.ok && r.value)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    stop.abort();
+    for (const result of await Promise.all(spinning))
+      expect(result).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    // The pool grew for the spinners, up to its largest.
+    expect(sandbox.poolStats.peak).toBeGreaterThan(1);
+    expect(sandbox.poolStats.peak).toBeLessThanOrEqual(4);
+  });
+
+  it.each([
+    ["a loop of Array.fill", "const a = new Array(1e7); for (;;) a.fill(1);"],
+    ["a loop of lastIndexOf over 1 MiB", 'const s = "a".repeat(1 << 20); for (;;) s.lastIndexOf("b");'],
+  ])(
+    "kills only the culprit of %s, which polls the interrupt rarely: a neighbour parked on a tool survives, its calls made once",
+    async (_, culprit) => {
+      // A pool of its own, with one worker: the parked execution and the culprit land on the same one.
+      const door = gate();
+      const own = make({ tools: [add, door.tool], timeoutMs: 60_000, poolSize: 1, maxPoolSize: 2 }) as Pooled;
+      try {
+        await own.warm();
+        const addsBefore = counted.add;
+        // It prints what it read of the clock and of Math.random before it parks: rebuilt elsewhere, it must read
+        // the same (its journal holds them), or it would not replay the same way.
+        const parked = own.execute(
+          `text(String(Date.now()) + " " + Math.random());
+           const opened = await tools.gate();
+           return [opened, await tools.add({ a: 20, b: 22 })];`,
+        );
+        await until(() => door.calls === 1, "the parked execution's call");
+        const result = await own.execute(culprit, { timeoutMs: 300 });
+        expect(result).toMatchObject({ ok: false, error: { kind: "timeout" } });
+        await until(() => own.poolStats.lost === 1, "the culprit's VM side to be killed");
+        door.release();
+        const survived = await parked;
+        expect(survived.ok && survived.value).toEqual(["opened", 42]);
+        expect(survived.output).toHaveLength(1);
+        // Rebuilt from its journal: the gate was not called again, and the rest ran once.
+        expect(door.calls).toBe(1);
+        expect(counted.add - addsBefore).toBe(1);
+        expect(own.poolStats.moved).toBe(1);
+        expect((await own.execute("return 6 * 7")).ok).toBe(true);
+      } finally {
+        await own.close();
+      }
+    },
+  );
+
+  it("moves a neighbour whose call's answer waits behind another script's long turn", async () => {
+    door.reset();
+    const before = sandbox.poolStats;
+    const parked = sandbox.execute(`const opened = await tools.gate(); return opened + "!";`);
+    await until(() => door.calls === 1, "the parked execution's call");
+    const stop = new AbortController();
+    const spinner = sandbox.execute("while (true) {}", { signal: stop.signal });
+    let spinnerEnded = false;
+    void spinner.then(() => {
+      spinnerEnded = true;
+    });
+    // The answer arrives while the spinner holds the worker: the parked execution moves instead of waiting.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    door.release();
+    expect(await parked).toMatchObject({ ok: true, value: "opened!" });
+    expect(spinnerEnded).toBe(false);
+    expect(door.calls).toBe(1);
+    expect(sandbox.poolStats.moved).toBeGreaterThan(before.moved);
+    stop.abort();
+    expect(await spinner).toMatchObject({ ok: false, error: { kind: "aborted" } });
+  });
+});
+
+describe.each(launchers)("$name sandbox: what one execution holds is bounded", ({ make }) => {
+  let sandbox: ReturnType<typeof make>;
+  beforeAll(async () => {
+    sandbox = make({ tools: [add, sink], timeoutMs: 60_000, memoryLimitBytes: 64 * 1024 * 1024 });
+    await sandbox.warm();
+  });
+  afterAll(async () => {
+    await sandbox.close();
+  });
+
+  it("fails unawaited calls past the memory limit in the script, and the sandbox goes on", async () => {
+    const sinks = counted.sink;
+    // 20 calls of 16 Mi characters of JSON each, none awaited: together far past the 64 MiB limit.
+    const result = await sandbox.execute(`
+      const s = "\\\\".repeat(8e6);
+      const calls = [];
+      for (let i = 0; i < 20; i++) calls.push(tools.sink(s).then(() => "ok", (e) => e.message));
+      return await Promise.all(calls);
+    `);
+    expect(result.ok).toBe(true);
+    const answers = (result.ok ? result.value : []) as string[];
+    const refused = answers.filter((a) => /memory limit of 67108864 bytes/.test(a));
+    expect(answers.filter((a) => a === "ok").length + refused.length).toBe(20);
+    expect(refused.length).toBeGreaterThanOrEqual(16);
+    // Only calls within the limit reached the tool.
+    expect(counted.sink - sinks).toBe(20 - refused.length);
+    expect((await sandbox.execute("return 6 * 7")).ok).toBe(true);
+  }, 120_000);
+
+  it("ends a run whose output would pass its memory limit, even if the script catches the error", async () => {
+    const small = make({ memoryLimitBytes: 8 * 1024 * 1024 });
+    try {
+      const result = await small.execute(`
+        const line = "x".repeat(1 << 20);
+        for (let i = 0; i < 12; i++) { try { text(line); } catch {} }
+        return "kept going";
+      `);
+      expect(result).toMatchObject({ ok: false, error: { kind: "script", name: "RangeError" } });
+      expect(!result.ok && result.error.message).toMatch(/memory limit of 8388608 bytes/);
+      // Eight lines of 1 Mi characters fill the 8 MiB exactly; the ninth is refused.
+      expect(result.output).toHaveLength(8);
+    } finally {
+      await small.close();
+    }
+  }, 60_000);
+
+  it("stops calls at maxToolCalls with an error the script can catch, and keeps that many records", async () => {
+    const limited = make({ tools: [add], maxToolCalls: 1_000 });
+    try {
+      const adds = counted.add;
+      const result = await limited.execute(`
+        let refused = 0, first;
+        for (let i = 0; i < 200000; i++) {
+          tools.add({ a: i, b: 0 }).catch((e) => { refused++; first ??= e.message; });
+        }
+        await tools.add({ a: 0, b: 0 }).catch(() => refused++);
+        return [refused, first];
+      `);
+      expect(result.ok && result.value).toEqual([
+        199_001,
+        "add(): this execution has made its limit of 1000 calls (maxToolCalls)",
+      ]);
+      expect(result.calls).toHaveLength(1_000);
+      expect(counted.add - adds).toBe(1_000);
+    } finally {
+      await limited.close();
+    }
+  }, 120_000);
+
+  it(`has a default call limit of ${DEFAULT_MAX_TOOL_CALLS}`, async () => {
+    const result = await sandbox.execute(`
+      let refused = 0;
+      for (let i = 0; i < ${DEFAULT_MAX_TOOL_CALLS + 5}; i++) tools.add({ a: i, b: 0 }).catch(() => refused++);
+      await tools.add({ a: 0, b: 0 }).catch(() => refused++);
+      await null;
+      return refused;
+    `);
+    expect(result.ok && result.value).toBe(6);
+    expect(result.calls.length).toBe(DEFAULT_MAX_TOOL_CALLS);
+  });
+
+  it("refuses options for the limits that are out of range, naming them", () => {
+    expect(() => make({ maxToolCalls: 0 })).toThrow(/maxToolCalls must be an integer between 1 and/);
+    expect(() => make({ maxTotalMemoryBytes: 1 })).toThrow(/maxTotalMemoryBytes must be an integer number of bytes/);
+  });
+});
+
+describe.each(launchers)("$name sandbox: the host's guest-memory budget", ({ make }) => {
+  it("runs at most as many executions at once as their memory limits fit in maxTotalMemoryBytes", async () => {
+    const limit = 72 * 1024 * 1024;
+    let holding = 0;
+    let most = 0;
+    const hold: CodemodeTool = {
+      name: "hold",
+      execute: async () => {
+        holding++;
+        most = Math.max(most, holding);
+        await new Promise((resolve) => setTimeout(resolve, 30));
+        holding--;
+        return true;
+      },
+    };
+    const sandbox = make({
+      tools: [hold],
+      memoryLimitBytes: limit,
+      maxTotalMemoryBytes: 4 * limit,
+      timeoutMs: 120_000,
+    });
+    try {
+      await sandbox.warm();
+      const results = await Promise.all(
+        Array.from({ length: 16 }, () =>
+          sandbox.execute(
+            "const a = new Uint8Array(60 * 1024 * 1024); a.fill(1); await tools.hold(); return a.length;",
+          ),
+        ),
+      );
+      expect(results.map((r) => r.ok && r.value)).toEqual(Array(16).fill(60 * 1024 * 1024));
+      expect(most).toBeGreaterThan(0);
+      expect(most).toBeLessThanOrEqual(4);
+      // One execution whose limit could never fit fails at once, saying why.
+      const huge = make({ memoryLimitBytes: 2 * limit, maxTotalMemoryBytes: limit });
+      const refused = await huge.execute("return 1");
+      expect(refused).toMatchObject({ ok: false, error: { kind: "sandbox" } });
+      expect(!refused.ok && refused.error.message).toMatch(/more than the host's guest-memory budget/);
+      await huge.close();
+    } finally {
+      await sandbox.close();
+    }
+  }, 120_000);
+});
