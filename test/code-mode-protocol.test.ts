@@ -15,6 +15,7 @@ import {
   defineCodeProgram,
 } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { runConfiguration } from "../dist/engine/protocol.js";
 import { echoTool } from "./helpers/code-mode.ts";
 import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";
 
@@ -32,7 +33,7 @@ function fakeLaunch(
     state.launches++;
     let deliver: (message: unknown) => void = () => {};
     const reply = (message: unknown) => setTimeout(() => deliver(message), 1);
-    const ready = { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, engine: 1 };
+    const ready = { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, versions: {} };
     setTimeout(() => deliver(hello ?? ready), helloDelayMs);
     return {
       send: (message) => {
@@ -55,7 +56,14 @@ function fakeLaunch(
 const doneMessage = (exec: number, value: unknown) => ({
   type: "done",
   exec,
-  result: { ok: true, value: JSON.stringify({ j: JSON.stringify(value) }), writes: undefined, cpuMs: 0, during: null },
+  result: {
+    ok: true,
+    reason: "returned",
+    value: JSON.stringify({ j: JSON.stringify(value) }),
+    writes: undefined,
+    cpuMs: 0,
+    during: null,
+  },
 });
 
 const echo = echoTool(0);
@@ -98,19 +106,6 @@ const run = (signal?: AbortSignal) => ({
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-/** A handshake of engine `engine` (2 sends `busy`; 1 is the version before it, which the host still takes). */
-const readyOf = (engine: number) => ({
-  type: "ready",
-  protocol: QUICKJS_PROTOCOL,
-  version: QUICKJS_PROTOCOL_VERSION,
-  engine,
-});
-/** A `done` message of a run the VM side stopped. */
-const stoppedMessage = (exec: number, reason: "aborted" | "timeout") => ({
-  type: "done",
-  exec,
-  result: { ok: false, error: { kind: reason, message: "stopped" }, cpuMs: 0, during: null },
-});
 
 describe("the QuickJS protocol adapter", () => {
   const adapter = createQuickJsProtocolAdapter({ id: "child-process", version: "1", launch: launchChild });
@@ -209,16 +204,26 @@ describe("the QuickJS protocol adapter", () => {
       ],
       [
         "another protocol version",
-        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 2, engine: 1 }),
+        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, versions: {} }),
+      ],
+      [
+        "another protocol",
+        fakeLaunch(() => {}, { type: "ready", protocol: "other", version: QUICKJS_PROTOCOL_VERSION, versions: {} }),
       ],
       ["a failed boot", fakeLaunch(() => {}, { type: "failed", message: "no wasm" })],
       [
-        "another engine version",
-        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, engine: 999 }),
+        "a handshake with an unknown field",
+        fakeLaunch(() => {}, {
+          type: "ready",
+          protocol: QUICKJS_PROTOCOL,
+          version: QUICKJS_PROTOCOL_VERSION,
+          versions: {},
+          extra: true,
+        }),
       ],
       [
-        "a handshake with an unknown field",
-        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, engine: 1, extra: true }),
+        "a handshake of an earlier version of the protocol",
+        fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, engine: 2 }),
       ],
       [
         "run id 0, never issued",
@@ -387,33 +392,32 @@ describe("the QuickJS protocol adapter", () => {
     }
   });
 
-  it("takes busy messages of engine 2 for open runs, and closes a VM side that sends a bad one", async () => {
+  it("takes busy messages for open runs, and closes a VM side that sends a bad one", async () => {
     const good = fakeLaunch((m, reply) => {
       if (m.type !== "run") return;
       reply({ type: "busy", exec: m.request.exec });
       reply({ type: "busy", exec: null });
       reply(doneMessage(m.request.exec, "ran"));
-    }, readyOf(2));
+    });
     const goodAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: good.launch });
     const goodMode = createCodeMode({ adapter: goodAdapter, invokeTool: broker, allowTestAdapter: true });
     expect(await goodMode.execute(program("async () => 1"), null, run())).toMatchObject({ output: "ran" });
     expect(good.state.closes).toBe(0);
     await goodAdapter.close();
 
-    const bad: [string, unknown, (exec: number) => unknown][] = [
-      ["a run it was never sent", readyOf(2), (exec) => ({ type: "busy", exec: exec + 1000 })],
-      ["run id 0", readyOf(2), () => ({ type: "busy", exec: 0 })],
-      ["an exec that is not a number", readyOf(2), (exec) => ({ type: "busy", exec: String(exec) })],
-      ["no exec", readyOf(2), () => ({ type: "busy" })],
-      ["an unknown field", readyOf(2), (exec) => ({ type: "busy", exec, extra: true })],
-      ["an engine 1 VM side", readyOf(1), (exec) => ({ type: "busy", exec })],
+    const bad: [string, (exec: number) => unknown][] = [
+      ["a run it was never sent", (exec) => ({ type: "busy", exec: exec + 1000 })],
+      ["run id 0", () => ({ type: "busy", exec: 0 })],
+      ["an exec that is not a number", (exec) => ({ type: "busy", exec: String(exec) })],
+      ["no exec", () => ({ type: "busy" })],
+      ["an unknown field", (exec) => ({ type: "busy", exec, extra: true })],
     ];
-    for (const [name, hello, busy] of bad) {
+    for (const [name, busy] of bad) {
       const fake = fakeLaunch((m, reply) => {
         if (m.type !== "run") return;
         reply(busy(m.request.exec));
         reply(doneMessage(m.request.exec, "ran"));
-      }, hello);
+      });
       const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
       const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
       expect(codeOf(await mode.execute(program("async () => 1"), null, run())), name).toBe("TOOL_FAILED");
@@ -422,51 +426,8 @@ describe("the QuickJS protocol adapter", () => {
     }
   });
 
-  it("closes a VM side of engine 1, which never says it is busy, when a stop goes unanswered, as before", async () => {
-    // Run 1 waits forever; run 2 computes for 1.2 s (an engine 2 VM side says so); a stop is read only after that.
-    const scenario = async (engine: number) => {
-      let computedUntil = 0;
-      const fake = fakeLaunch((m, reply) => {
-        if (m.type === "run" && m.request.exec === 2) {
-          computedUntil = Date.now() + 1_200;
-          if (engine >= 2) reply({ type: "busy", exec: 2 });
-          setTimeout(() => reply(doneMessage(2, "computed")), 1_200);
-        }
-        if (m.type === "stop") {
-          setTimeout(() => reply(stoppedMessage(m.exec, m.reason)), Math.max(0, computedUntil - Date.now()) + 5);
-        }
-      }, readyOf(engine));
-      const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
-      const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
-      const controller = new AbortController();
-      const stopped = mode.execute(program("async () => 1"), null, run(controller.signal));
-      const computing = mode.execute(program("async () => 2"), null, run());
-      setTimeout(() => controller.abort(), 100);
-      const outcomes = [await stopped, await computing];
-      await fakeAdapter.close();
-      return { outcomes, closes: fake.state.closes, launches: fake.state.launches };
-    };
-    const old = await scenario(1);
-    expect(old.outcomes.map(codeOf)).toEqual(["CANCELLED", "TOOL_FAILED"]);
-    expect(old.closes).toBe(1);
-    // An engine 1 VM side still runs programs.
-    const plain = fakeLaunch((m, reply) => m.type === "run" && reply(doneMessage(m.request.exec, "ran")), readyOf(1));
-    const plainAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: plain.launch });
-    const plainMode = createCodeMode({ adapter: plainAdapter, invokeTool: broker, allowTestAdapter: true });
-    expect(await plainMode.execute(program("async () => 1"), null, run())).toMatchObject({ output: "ran" });
-    await plainAdapter.close();
-    // The same VM side at engine 2 says it is busy: the stop waits, and the computing run completes.
-    const current = await scenario(2);
-    expect(current.outcomes.map(codeOf)).toEqual(["CANCELLED", "OK"]);
-    expect(current.outcomes[1]).toMatchObject({ output: "computed" });
-    expect(current.launches).toBe(1);
-  });
-
   it("still closes a VM side that computes the very run it was told to stop", async () => {
-    const fake = fakeLaunch(
-      (m, reply) => m.type === "run" && reply({ type: "busy", exec: m.request.exec }),
-      readyOf(2),
-    );
+    const fake = fakeLaunch((m, reply) => m.type === "run" && reply({ type: "busy", exec: m.request.exec }));
     const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
     const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
     const controller = new AbortController();
@@ -496,23 +457,37 @@ describe("the QuickJS protocol adapter", () => {
       exec: 1,
       slot: 0,
       code: "async (input) => input + 1",
-      tools: [],
-      globals: [],
+      configuration: runConfiguration({ tools: [], globals: [], deterministic: false, program: true }),
       store: {},
       memoryLimitBytes: 16 * 1024 * 1024,
       deadline: Date.now() + 5_000,
       cpuLimitMs: 1_000,
+      maxCalls: 10,
       deterministic: null,
+      random: null,
+      journal: false,
+      replayClock: null,
       program: { input: "41" },
     };
+    // A script run is refused with a failed result; messages it cannot read are dropped.
     deliver({ type: "run", request: { ...request, program: null, code: "return 1" } });
     deliver({ type: "nonsense" });
     deliver(null);
+    deliver({ type: "run", request: { ...request, exec: 3, extra: true } });
     await new Promise((resolve) => setTimeout(resolve, 50));
-    expect(sent).toHaveLength(1);
+    expect(sent).toHaveLength(2);
+    expect(sent[1]).toMatchObject({
+      type: "done",
+      exec: 1,
+      result: {
+        ok: false,
+        reason: "vm_failed",
+        error: { kind: "sandbox", message: "this VM side runs only programs" },
+      },
+    });
     deliver({ type: "run", request: { ...request, exec: 2 } });
     await new Promise((resolve) => setTimeout(resolve, 50));
-    expect(sent[1]).toMatchObject({ type: "done", exec: 2, result: { ok: true, value: "42" } });
+    expect(sent[2]).toMatchObject({ type: "done", exec: 2, result: { ok: true, reason: "returned", value: "42" } });
     server.close();
   });
 });

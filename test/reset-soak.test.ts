@@ -14,7 +14,7 @@ import { loadQuickJSWasm } from "../dist/engine/wasm.js";
 /** QuickJS's module as published, without write tracking: every reset restores the whole image. */
 const untracked = loadQuickJSWasm(undefined, { trackWrites: false });
 
-/** The runner's private pool, read by this test only. */
+/** The runner's private pool of VMs (vm-pool.ts), read by this test only. */
 interface RunnerInternals {
   idle: GuestVm[];
   recycling: Map<GuestVm, unknown>;
@@ -105,7 +105,7 @@ function makeRunner(events: VmEvent[], timeoutMs: number, module = loadQuickJSWa
   };
   /** Waits until the VM is back in the pool, reset. */
   const settled = async () => {
-    const internals = runner as unknown as RunnerInternals;
+    const internals = (runner as unknown as { vms: RunnerInternals }).vms;
     while (internals.idle.length === 0 || internals.recycling.size > 0) {
       await new Promise((resolve) => setImmediate(resolve));
     }
@@ -280,7 +280,7 @@ describe("the memory-image reset", () => {
       },
     });
     await runner.init();
-    const vm = (runner as unknown as RunnerInternals).idle.at(-1) as GuestVm;
+    const vm = (runner as unknown as { vms: RunnerInternals }).vms.idle.at(-1) as GuestVm;
     const before = vm.memoryBytes();
     const result = await new Promise<RunResult>((resolve) => {
       done = resolve;
@@ -300,7 +300,7 @@ describe("the memory-image reset", () => {
           memoryLimitBytes: 64 * 1024 * 1024,
           deadline: null,
           cpuLimitMs: null,
-          maxCalls: 1000,
+          maxCalls: 1_000_000,
           random: null,
           journal: false,
           replayClock: null,

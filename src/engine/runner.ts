@@ -135,7 +135,7 @@ export class VmRunner {
   }
 
   private slotOf(exec: number): number | undefined {
-    return this.runs.get(exec)?.request.slot ?? this.vms.waitingSlot(exec);
+    return this.runs.get(exec)?.request.slot ?? this.vms.waitingRun(exec)?.request.slot;
   }
 
   // ---- one execution ----
@@ -155,6 +155,7 @@ export class VmRunner {
       if (run.ended) return;
     }
     this.enter(run, () => this.startScript(run));
+    for (const command of queued.early) this.handle(command);
   }
 
   private startScript(run: VmRun): void {
@@ -190,7 +191,11 @@ export class VmRunner {
 
   private settle(exec: number, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
     const run = this.runs.get(exec);
-    if (!run || run.ended) return;
+    if (!run) {
+      this.vms.waitingRun(exec)?.early.push({ type: "settle", exec, id, outcome, seq, now });
+      return;
+    }
+    if (run.ended) return;
     if (run.request.deterministic) {
       if (seq === null || now === null) return;
       run.early.set(seq, { id, outcome, now });

@@ -2,7 +2,7 @@
  * The VMs of one runner: booted once from the post-prelude image, handed to runs, reset after each (off the latency
  * path), replaced when their memory grew, and images captured after `configure` for configurations seen again.
  */
-import type { ConfigurationContent, RunRequest } from "./protocol.ts";
+import type { ConfigurationContent, HostCommand, RunRequest } from "./protocol.ts";
 import { RepeatCache } from "./repeat-cache.ts";
 import { GuestVm, MANY_ZERO_PAGES, type VmImage, type VmOptions } from "./vm.ts";
 
@@ -22,6 +22,11 @@ const RENEW_AFTER_QUIET_RESETS = 64;
 export interface Queued {
   request: RunRequest;
   configured: ConfigurationContent;
+  /**
+   * Commands for the run that came while it waited for a VM (a rebuilt run's answers are sent with its request): they
+   * are handled, in order, once it began.
+   */
+  early: HostCommand[];
 }
 
 export interface VmPoolOwner {
@@ -92,7 +97,7 @@ export class VmPool {
 
   /** Begins a request on an idle VM, or queues it (and adds a VM, up to `maxVms`). */
   start(request: RunRequest): void {
-    const queued: Queued = { request, configured: this.configurationOf(request) };
+    const queued: Queued = { request, configured: this.configurationOf(request), early: [] };
     const image = this.imageFor(request.configuration.key);
     const vm = this.takeIdle(image);
     if (vm) {
@@ -106,9 +111,9 @@ export class VmPool {
     }
   }
 
-  /** The stop-flag slot of a request that waits for a VM. */
-  waitingSlot(exec: number): number | undefined {
-    return this.waiting.find((q) => q.request.exec === exec)?.request.slot;
+  /** A request that waits for a VM. */
+  waitingRun(exec: number): Queued | undefined {
+    return this.waiting.find((q) => q.request.exec === exec);
   }
 
   /** Drops a request that waits for a VM; false if it is not waiting. */

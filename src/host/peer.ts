@@ -62,15 +62,22 @@ export interface PeerOptions {
   /** What the VM side is called in error messages: "worker", "child process", "VM side". */
   what: string;
   /**
-   * The VM side is gone (killed or by itself): `reason` says why; its open runs are still in `runs`. `broken`: it
-   * broke the protocol, so nothing it ran can be trusted (its runs fail rather than being rebuilt elsewhere).
+   * The VM side is gone (killed or by itself): `reason` says why, `cause` what ended it; its open runs are still in
+   * `runs`.
    */
-  onGone(peer: HostPeer, reason: string, broken: boolean): void;
+  onGone(peer: HostPeer, reason: string, cause: GoneCause): void;
   /** The VM side asked to be retired (see VmStatus `retire`). */
   onRetire?(peer: HostPeer): void;
   /** The VM side says a turn has computed for long (message-based peers; shared ones are read, not told). */
   onBusy?(peer: HostPeer): void;
 }
+
+/**
+ * What ended a VM side: `broken`, it broke the protocol (nothing it ran can be trusted); `unstopped`, a stopped run did
+ * not end within its grace (that run is the culprit); `exited`, it ended by itself (crashed, or was killed from
+ * outside: the culprit, if any, is unknown); `closed`, the pool let it go (closed, idle, retired).
+ */
+export type GoneCause = "broken" | "unstopped" | "exited" | "closed";
 
 /** One run on this VM side. */
 export interface PeerRun {
@@ -123,13 +130,13 @@ export class HostPeer {
     const slotCount = channel.shared ? Math.min(options.capacity, channel.shared.stopFlags.length) : options.capacity;
     for (let i = slotCount - 1; i >= 0; i--) this.slots.push(i);
     this.bootTimer = setTimeout(
-      () => this.kill(`the ${options.what} did not announce itself in time`),
+      () => this.kill(`the ${options.what} did not announce itself in time`, "exited"),
       options.bootTimeoutMs,
     );
     this.bootTimer.unref?.();
     channel.onMessage((message) => this.onMessage(message));
-    channel.onClose((reason) => this.kill(reason));
-    channel.onBroken?.((reason) => this.kill(reason, true));
+    channel.onClose((reason) => this.kill(reason, "exited"));
+    channel.onBroken?.((reason) => this.kill(reason, "broken"));
   }
 
   /** Runs it can still take. */
@@ -232,7 +239,7 @@ export class HostPeer {
           computing !== undefined && computing.exec !== run.exec ? this.runs.get(computing.exec) : undefined;
         const another = other !== undefined && !other.abandoned;
         if (late || another) this.armGrace(run);
-        else this.kill(`the ${this.options.what} did not stop a run in time`);
+        else this.kill(`the ${this.options.what} did not stop a run in time`, "unstopped");
       });
     }, graceMs);
     run.stopTimer.unref?.();
@@ -244,7 +251,7 @@ export class HostPeer {
       this.channel.send([command]);
     } catch (error) {
       if (error instanceof RangeError) return error.message;
-      this.kill(`could not send to the ${this.options.what}: ${(error as Error).message}`);
+      this.kill(`could not send to the ${this.options.what}: ${(error as Error).message}`, "exited");
       return undefined;
     }
     run.sent++;
@@ -288,7 +295,7 @@ export class HostPeer {
       this.handleMessage(raw);
     } catch (error) {
       if (!(error instanceof ProtocolError)) throw error;
-      this.kill(`the ${this.options.what} broke the protocol: ${error.message}`, true);
+      this.kill(`the ${this.options.what} broke the protocol: ${error.message}`, "broken");
     }
   }
 
@@ -303,7 +310,7 @@ export class HostPeer {
         return;
       }
       if (message.type === "failed") {
-        this.kill(`the ${this.options.what} could not boot: ${message.message.slice(0, 400)}`);
+        this.kill(`the ${this.options.what} could not boot: ${message.message.slice(0, 400)}`, "exited");
         return;
       }
       throw new ProtocolError("the VM side sent a message before it announced itself");
@@ -377,12 +384,12 @@ export class HostPeer {
     if (run.stopTimer) clearTimeout(run.stopTimer);
     if (this.runs.size === 0) {
       if (this.booted) this.channel.ref?.(false);
-      if (this.retiring) this.kill(`the ${this.options.what} retired`);
+      if (this.retiring) this.kill(`the ${this.options.what} retired`, "closed");
     }
   }
 
   /** Kills the VM side once; the pool hears of it (with the runs still open) through `onGone`. */
-  kill(reason: string, broken = false): void {
+  kill(reason: string, cause: GoneCause = "closed"): void {
     if (this.dead) return;
     this.dead = true;
     clearTimeout(this.bootTimer);
@@ -391,7 +398,7 @@ export class HostPeer {
     // Until it is gone, a dying VM side keeps the host alive, so that close() sees it end.
     this.channel.ref?.(true);
     this.exited = this.channel.kill().catch(() => {});
-    this.options.onGone(this, reason, broken);
+    this.options.onGone(this, reason, cause);
   }
 
   /** Resolves once a killed VM side is gone. */

@@ -24,7 +24,7 @@ import { runFailure } from "../engine/run.ts";
 import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
-import { type HostChannel, HostPeer } from "./peer.ts";
+import { type GoneCause, type HostChannel, HostPeer } from "./peer.ts";
 
 /** How long a turn may compute before the VM side counts as stuck: no new work, and waiting runs move away. */
 export const STUCK_AFTER_MS = 5;
@@ -43,8 +43,11 @@ export const STOP_GRACE_MS = 50;
  * machine takes longer than a worker's grace.
  */
 export const REMOTE_STOP_GRACE_MS = 250;
-/** Times one run may be rebuilt on another VM side; past it, it fails (a run that crashes every VM side it meets). */
-export const MAX_MOVES_PER_RUN = 3;
+/**
+ * Times one run may be on a VM side that ended by itself (a crash with no known culprit) and still be rebuilt; past
+ * it, it fails: a run that crashes every VM side it meets must not go on doing so.
+ */
+export const MAX_CRASHES_PER_RUN = 2;
 
 export interface PeerPoolOptions {
   /** Opens the channel to a new VM side (starts a worker thread, a child process, a transport). */
@@ -91,8 +94,8 @@ interface PoolRun {
   replay: Replay | undefined;
   stopped: StopReason | undefined;
   done: boolean;
-  /** Times it was rebuilt elsewhere. */
-  moves: number;
+  /** Times a VM side it ran on ended by itself (see MAX_CRASHES_PER_RUN). */
+  crashes: number;
 }
 
 export class PeerPool implements Launcher {
@@ -144,7 +147,7 @@ export class PeerPool implements Launcher {
       stopGraceMs: this.stopGraceMs,
       capacity: this.options.capacity,
       what: this.options.what,
-      onGone: (p, reason, broken) => this.onGone(p, reason, broken),
+      onGone: (p, reason, cause) => this.onGone(p, reason, cause),
       onRetire: (p) => this.onRetire(p),
       onBusy: () => this.checkStuck(),
     });
@@ -174,7 +177,7 @@ export class PeerPool implements Launcher {
       replay: undefined,
       stopped: undefined,
       done: false,
-      moves: 0,
+      crashes: 0,
     };
     const handle: LaunchedRun = {
       settle: (id, outcome, seq, now) => this.settle(run, id, outcome, seq, now),
@@ -420,25 +423,24 @@ export class PeerPool implements Launcher {
 
   /** Rebuilds a run on another VM side from its journal; false when there is none to take it. */
   private move(run: PoolRun, from: HostPeer): boolean {
-    if (run.moves >= MAX_MOVES_PER_RUN) return false;
     const target = this.pick(from);
     if (!target) return false;
     if (!from.dead) from.abandon(run.exec);
     this.byExec.delete(run.exec);
     run.replay = new Replay(run.journal as Journal);
-    run.moves++;
     this.counts.moved++;
     this.place(run, target);
     return true;
   }
 
-  private onGone(peer: HostPeer, reason: string, broken: boolean): void {
+  private onGone(peer: HostPeer, reason: string, cause: GoneCause): void {
     const index = this.peers.indexOf(peer);
     if (index >= 0) this.peers.splice(index, 1);
     this.cancelIdle(peer);
     if (peer.runs.size > 0 && !this.closed) this.counts.lost++;
-    // The run it computed when it went (if it said) may be what ended it: that one fails rather than moving.
-    const suspect = peer.computing()?.exec;
+    // A VM side that ended by itself may have been ended by the run it computed (if it said which): that one fails
+    // rather than moving. One the pool killed for a run that did not stop has that run as its culprit.
+    const suspect = cause === "exited" ? peer.computing()?.exec : undefined;
     for (const entry of [...peer.runs.values()]) {
       const run = this.byExec.get(entry.exec);
       if (!run || run.peer !== peer || run.done) continue;
@@ -449,18 +451,19 @@ export class PeerPool implements Launcher {
         continue;
       }
       // A VM side that never booted ran nothing: rebuilding its runs elsewhere could fail the same way forever. One
-      // that broke the protocol may have acted for any of its runs: they fail with it.
+      // that broke the protocol may have acted for any of its runs: they fail with it. One that crashed may have
+      // been crashed by any of them: each may be rebuilt a bounded number of times.
+      if (cause === "exited") run.crashes++;
       if (
         run.journal &&
         !this.closed &&
         peer.booted &&
-        !broken &&
+        cause !== "broken" &&
         entry.exec !== suspect &&
-        run.moves < MAX_MOVES_PER_RUN
+        run.crashes <= MAX_CRASHES_PER_RUN
       ) {
         // Rebuilt elsewhere; if no VM side can take it now, it waits for one.
         run.replay = new Replay(run.journal);
-        run.moves++;
         this.counts.moved++;
         const target = this.pick(undefined);
         if (target) this.place(run, target);
