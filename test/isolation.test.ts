@@ -5,9 +5,26 @@
  * host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about order and counts,
  * never about time: neighbours must finish while the culprit still computes.
  */
-import { type CodemodeSandboxBase, type CodemodeTool, DEFAULT_MAX_TOOL_CALLS, type PoolStats } from "airlock-codemode";
+import {
+  Budget,
+  type CodemodeSandboxBase,
+  type CodemodeTool,
+  DEFAULT_MAX_TOOL_CALLS,
+  invokeTool,
+  type PoolStats,
+  z,
+} from "airlock-codemode";
+import { createQuickJsProtocolAdapter, createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
+import {
+  type CodeExecutionOutcome,
+  type CodeModeInvokeTool,
+  createCodeMode,
+  defineCodeProgram,
+} from "airlock-codemode/code-mode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { echoTool } from "./helpers/code-mode.ts";
 import { launchers, pooledLaunchers } from "./helpers/sandboxes.ts";
+import { launchVmSideChild } from "./helpers/vm-side.ts";
 
 /** A tool whose calls wait until the test releases them; it counts every call it gets. */
 function gate() {
@@ -289,4 +306,99 @@ describe.each(launchers)("$name sandbox: the host's guest-memory budget", ({ mak
       await sandbox.close();
     }
   }, 120_000);
+});
+
+/** Code mode's adapters that run programs on pooled VM sides: the worker adapter and the protocol adapter. */
+const echo = echoTool(0);
+const broker: CodeModeInvokeTool = (tool, input, context) =>
+  invokeTool(tool, input, {
+    ...context,
+    permissions: { allow: [`tool:${tool.id}`, `effect:${tool.effects}`] },
+    budget: new Budget(0, 1_000),
+  });
+const programOf = (source: string, cpuMillis: number, wallTimeMillis = 30_000) =>
+  defineCodeProgram({
+    id: "isolation",
+    version: "1",
+    intent: "A test.",
+    language: "javascript",
+    source,
+    input: z.unknown(),
+    output: z.unknown(),
+    inputSchemaId: "any.v1",
+    outputSchemaId: "any.v1",
+    tools: [echo],
+    limits: {
+      cpuMillis,
+      wallTimeMillis,
+      memoryBytes: 32 * 1024 * 1024,
+      scratchBytes: 0,
+      maxInputBytes: 4_096,
+      maxOutputBytes: 4_096,
+      maxToolInputBytes: 1_024,
+      maxToolCalls: 20,
+      maxToolConcurrency: 2,
+    },
+  });
+let executions = 0;
+const context = (signal?: AbortSignal) => ({
+  runId: "isolation",
+  executionId: `isolation-${++executions}`,
+  scope: { principalId: "p" },
+  signal: signal ?? AbortSignal.timeout(60_000),
+});
+const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
+
+describe.each([
+  { name: "QuickJS worker adapter", make: () => createQuickJsSandboxAdapter({ poolSize: 1 }) },
+  {
+    name: "QuickJS protocol adapter over a child process",
+    make: () => createQuickJsProtocolAdapter({ id: "child", version: "1", launch: () => launchVmSideChild() }),
+  },
+])("code mode on the $name", ({ make }) => {
+  const adapter = make();
+  const mode = createCodeMode({ adapter, invokeTool: broker, allowTestAdapter: true });
+  afterAll(() => adapter.close());
+  const neighbour = programOf(
+    `async (input, tools) => (await tools.call("echo", { value: input })).output.value`,
+    1_000,
+  );
+
+  it.each([1, 2])(
+    "runs programs that call tools while %i CPU-bound program(s) compute, without queueing them",
+    async (n) => {
+      const stop = new AbortController();
+      const spinners = Array.from({ length: n }, () =>
+        mode.execute(programOf("async () => { while (true) {} }", 20_000), null, context(stop.signal)),
+      );
+      let spinnersEnded = false;
+      void Promise.all(spinners).then(() => {
+        spinnersEnded = true;
+      });
+      const outcomes = await Promise.all([1, 2, 3, 4].map((i) => mode.execute(neighbour, i, context())));
+      expect(spinnersEnded).toBe(false);
+      expect(outcomes.map((o) => o.status === "succeeded" && o.output)).toEqual([1, 2, 3, 4]);
+      stop.abort();
+      for (const outcome of await Promise.all(spinners)) expect(codeOf(outcome)).toBe("CANCELLED");
+    },
+  );
+
+  it("ends a program whose one built-in overruns cpuMillis with LIMIT_EXCEEDED, not at its wall time, and its neighbour succeeds", async () => {
+    const parked = mode.execute(
+      programOf(
+        `async (input, tools) => { const a = await tools.call("echo", { value: 20 }); return a.output.value + 22; }`,
+        1_000,
+      ),
+      null,
+      context(),
+    );
+    // Long before its 30 s wall time: the host saw one turn compute past the whole 200 ms.
+    const spinner = await mode.execute(
+      programOf("async () => { const a = new Array(1e7); for (;;) a.fill(1); }", 200),
+      null,
+      context(),
+    );
+    expect(codeOf(spinner)).toBe("LIMIT_EXCEEDED");
+    expect(await parked).toMatchObject({ status: "succeeded", output: 42 });
+  });
 });
