@@ -105,7 +105,12 @@ export class HostPeer {
   readonly ready: Promise<void>;
   dead = false;
   booted = false;
+  /** Booted and past the pool's warm-up runs: it takes work. */
+  warmed = false;
   retiring = false;
+  /** Resolves once the VM side is killed or gone. */
+  readonly gone: Promise<void>;
+  private markGone!: () => void;
   /** The run a message-based VM side said it computes, and since when (performance.now()); null otherwise. */
   private busy: { exec: number; since: number } | null = null;
   private readonly slots: number[] = [];
@@ -127,6 +132,9 @@ export class HostPeer {
       this.markFailed = reject;
     });
     this.ready.catch(() => {});
+    this.gone = new Promise<void>((resolve) => {
+      this.markGone = resolve;
+    });
     const slotCount = channel.shared ? Math.min(options.capacity, channel.shared.stopFlags.length) : options.capacity;
     for (let i = slotCount - 1; i >= 0; i--) this.slots.push(i);
     this.bootTimer = setTimeout(
@@ -395,6 +403,7 @@ export class HostPeer {
     clearTimeout(this.bootTimer);
     for (const run of this.runs.values()) if (run.stopTimer) clearTimeout(run.stopTimer);
     this.markFailed(new Error(reason));
+    this.markGone();
     // Until it is gone, a dying VM side keeps the host alive, so that close() sees it end.
     this.channel.ref?.(true);
     this.exited = this.channel.kill().catch(() => {});

@@ -15,6 +15,7 @@ import {
   type CallOutcome,
   CPU_LIMIT_ERROR,
   type RunRequest,
+  runConfiguration,
   type StopReason,
   sandboxFailure,
   type VmEvent,
@@ -69,7 +70,33 @@ export interface PeerPoolOptions {
   closedMessage?: string;
   /** Start VM sides on first use rather than at once (a transport's `launch()` may start a container). */
   lazy?: boolean;
+  /** The request of a VM side's warm-up runs (WARM_RUNS of them); default a small script. */
+  warmRequest?: LaunchRequest;
 }
+
+/**
+ * Executions each new VM side runs before it takes work: the first hundreds on a new thread or process run on cold
+ * caches and not yet optimised code, several times slower than later ones.
+ */
+export const WARM_RUNS = 200;
+
+/** The warm-up run: a script with a few calls and some output, answered by the pool itself. */
+const WARM_SCRIPT: LaunchRequest = {
+  code: 'let t = 0; for (let i = 0; i < 3; i++) t += await tools.warm(i); text("w" + t); return { t, s: JSON.stringify([t]) };',
+  configuration: runConfiguration({
+    tools: [{ name: "warm", id: "warm", description: "" }],
+    globals: [],
+    deterministic: false,
+    program: false,
+  }),
+  store: {},
+  memoryLimitBytes: 16 * 1024 * 1024,
+  deadline: null,
+  cpuLimitMs: null,
+  maxCalls: 16,
+  deterministic: null,
+  program: null,
+};
 
 /** What the pool did, for monitoring (and tests). */
 export interface PoolStats {
@@ -122,9 +149,30 @@ export class PeerPool implements Launcher {
     this.unlisten = options.budget.onRelease(() => this.pump());
   }
 
-  /** Resolves once every VM side has booted; rejects with the reason of the first that could not. */
+  /** Resolves once every VM side has booted and run its warm-up; rejects with the reason of the first that could not. */
   async warm(): Promise<void> {
-    await Promise.all(this.peers.map((p) => p.ready));
+    await Promise.all(this.peers.map((p) => this.warmedUp.get(p)));
+  }
+
+  private readonly warmedUp = new WeakMap<HostPeer, Promise<void>>();
+
+  /** Runs a booted VM side's warm-up, then lets it take work. */
+  private async warmUp(peer: HostPeer): Promise<void> {
+    await peer.ready;
+    const request = this.options.warmRequest ?? WARM_SCRIPT;
+    for (let i = 0; i < WARM_RUNS && !peer.dead && !this.closed; i++) {
+      const exec = ++this.lastExec;
+      const done = new Promise<void>((resolve) => {
+        const sent = peer.launch({ ...request, random: null, journal: false, replayClock: null }, exec, (event) => {
+          if (event.type === "call") peer.settle(exec, event.id, { ok: true, value: String(event.id) }, null, null);
+          if (event.type === "done") resolve();
+        });
+        if (sent !== true) resolve();
+      });
+      await Promise.race([done, peer.gone]);
+    }
+    if (peer.dead) throw new Error(`the ${this.options.what} ended while it warmed up`);
+    peer.warmed = true;
   }
 
   /** Live VM sides (for tests and monitoring). */
@@ -153,7 +201,9 @@ export class PeerPool implements Launcher {
     });
     this.peers.push(peer);
     this.counts.peak = Math.max(this.counts.peak, this.peerCount);
-    peer.ready.then(
+    const warmed = this.warmUp(peer);
+    this.warmedUp.set(peer, warmed);
+    warmed.then(
       () => this.pump(),
       () => {},
     );
@@ -235,7 +285,7 @@ export class PeerPool implements Launcher {
     let booting = false;
     for (const peer of this.peers) {
       if (peer.dead) continue;
-      if (!peer.booted) {
+      if (!peer.warmed) {
         booting = true;
         continue;
       }

@@ -73,8 +73,9 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
   }
 
   /** Resolves once every child has booted; executions wait for this by themselves. Rejects if a child cannot boot. */
-  warm(): Promise<void> {
-    return this.pool.warm();
+  async warm(): Promise<void> {
+    await this.pool.warm();
+    await this.warmHost();
   }
 
   /** What the pool did (see CodemodeSandbox.poolStats). */

@@ -27,6 +27,16 @@ import type {
   CodemodeTool,
 } from "../types.ts";
 
+/** Executions `warm()` runs through the host's side of a sandbox (see warmHost). */
+export const HOST_WARM_RUNS = 100;
+const WARM_TOOL: CodemodeTool = { name: "warm", execute: (n) => n };
+const WARM_CONFIGURATION = runConfiguration({
+  tools: [{ name: "warm", id: "warm", description: "" }],
+  globals: [],
+  deterministic: false,
+  program: false,
+});
+
 /** Default heap cap of a VM. */
 export const DEFAULT_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024;
 /** Smallest heap cap accepted: the script environment itself needs about half of it. */
@@ -335,6 +345,34 @@ export abstract class CodemodeSandboxBase {
       this.closing = this.launcher.close();
     }
     return this.closing;
+  }
+
+  /**
+   * Runs `HOST_WARM_RUNS` small executions through the whole host path (this sandbox's launcher, the execution, the
+   * calls), so that the first executions a caller makes after `warm()` do not run on cold code. Called by `warm()`.
+   */
+  protected async warmHost(): Promise<void> {
+    for (let i = 0; i < HOST_WARM_RUNS && !this.closed; i++) {
+      const execution = new Execution(this.launcher, {
+        request: {
+          code: 'let t = 0; for (let i = 0; i < 3; i++) t += await tools.warm(i); text("w" + t); return t;',
+          configuration: WARM_CONFIGURATION,
+          store: {},
+          memoryLimitBytes: this.memoryLimitBytes,
+          deadline: null,
+          cpuLimitMs: null,
+          maxCalls: 16,
+          deterministic: null,
+          program: null,
+        },
+        handler: { kind: "tools", resolve: (target) => (target === "tool" ? WARM_TOOL : undefined) },
+        signal: undefined,
+        timeoutMs: Number.POSITIVE_INFINITY,
+        onStart: (e) => this.executions.add(e),
+        onEnd: (e) => this.executions.delete(e),
+      });
+      await execution.result;
+    }
   }
 
   /** The JavaScript to run, or the failed result of a TypeScript script that does not parse. */

@@ -67,6 +67,7 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
   async warm(): Promise<void> {
     await this.pool.warm();
     if (this.pool instanceof DeferredLauncher) await this.pool.inner?.warm();
+    await this.warmHost();
   }
 
   /** Live worker threads. */
@@ -103,6 +104,7 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
   async warm(): Promise<void> {
     await this.inline.warm();
     if (this.inline instanceof DeferredLauncher) await this.inline.inner?.warm();
+    await this.warmHost();
   }
 }
 
