@@ -16,7 +16,6 @@ import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
 import type { GuestMemoryBudget } from "../host/memory-budget.ts";
 import type { HostChannel } from "../host/peer.ts";
 import { PeerPool, REMOTE_STOP_GRACE_MS } from "../host/pool.ts";
-import { PROGRAM_CONFIGURATION } from "../host/program.ts";
 
 export { PROTOCOL_NAME as QUICKJS_PROTOCOL, PROTOCOL_VERSION as QUICKJS_PROTOCOL_VERSION } from "../engine/protocol.ts";
 
@@ -26,19 +25,6 @@ export const PROTOCOL_BOOT_TIMEOUT_MS = 15_000;
 export const PROTOCOL_MAX_CONNECTIONS = 4;
 /** Runs one VM side takes at once. */
 const RUNS_PER_CONNECTION = 64;
-
-/** The warm-up run of a VM side that runs only programs. */
-const WARM_PROGRAM: LaunchRequest = {
-  code: 'async (input, tools) => { let t = 0; for (let i = 0; i < 3; i++) t += Number(await tools.call("warm", i)); return t; }',
-  configuration: PROGRAM_CONFIGURATION,
-  store: {},
-  memoryLimitBytes: 16 * 1024 * 1024,
-  deadline: null,
-  cpuLimitMs: null,
-  maxCalls: 16,
-  deterministic: null,
-  program: { input: "1" },
-};
 
 /** A run as the protocol carries it. */
 export type QuickJsRunRequest = RunRequest;
@@ -169,7 +155,8 @@ export class ProtocolLauncher implements Launcher {
       bootTimeoutMs: PROTOCOL_BOOT_TIMEOUT_MS,
       stopGraceMs: REMOTE_STOP_GRACE_MS,
       closedMessage: "the adapter is closed",
-      warmRequest: WARM_PROGRAM,
+      // A VM side of the user's may be anything, and far away: no warm-up runs of Airlock's own on it.
+      warmRuns: 0,
     });
   }
 

@@ -105,7 +105,7 @@ export class HostPeer {
   readonly ready: Promise<void>;
   dead = false;
   booted = false;
-  /** Booted and past the pool's warm-up runs: it takes work. */
+  /** Its warm-up runs (see PeerPool.warm) were started. */
   warmed = false;
   retiring = false;
   /** Resolves once the VM side is killed or gone. */

@@ -70,13 +70,14 @@ export interface PeerPoolOptions {
   closedMessage?: string;
   /** Start VM sides on first use rather than at once (a transport's `launch()` may start a container). */
   lazy?: boolean;
-  /** The request of a VM side's warm-up runs (WARM_RUNS of them); default a small script. */
-  warmRequest?: LaunchRequest;
+  /** Warm-up runs of each new VM side; default WARM_RUNS. */
+  warmRuns?: number;
 }
 
 /**
- * Executions each new VM side runs before it takes work: the first hundreds on a new thread or process run on cold
- * caches and not yet optimised code, several times slower than later ones.
+ * Executions `warm()` runs on each VM side: the first hundreds on a new thread or process run on cold caches and not
+ * yet optimised code, several times slower than later ones. (VM sides the pool adds later take work as soon as they
+ * have booted: waiting for their warm-up would cost more than it saves.)
  */
 export const WARM_RUNS = 200;
 
@@ -151,19 +152,19 @@ export class PeerPool implements Launcher {
 
   /** Resolves once every VM side has booted and run its warm-up; rejects with the reason of the first that could not. */
   async warm(): Promise<void> {
-    await Promise.all(this.peers.map((p) => this.warmedUp.get(p)));
+    await Promise.all(this.peers.map((p) => p.ready));
+    await Promise.all(this.peers.map((p) => this.warmUp(p)));
   }
 
-  private readonly warmedUp = new WeakMap<HostPeer, Promise<void>>();
-
-  /** Runs a booted VM side's warm-up, then lets it take work. */
+  /** Runs a booted VM side's warm-up (once). */
   private async warmUp(peer: HostPeer): Promise<void> {
-    await peer.ready;
-    const request = this.options.warmRequest ?? WARM_SCRIPT;
-    for (let i = 0; i < WARM_RUNS && !peer.dead && !this.closed; i++) {
+    if (peer.warmed) return;
+    peer.warmed = true;
+    const runs = this.options.warmRuns ?? WARM_RUNS;
+    for (let i = 0; i < runs && !peer.dead && !this.closed; i++) {
       const exec = ++this.lastExec;
       const done = new Promise<void>((resolve) => {
-        const sent = peer.launch({ ...request, random: null, journal: false, replayClock: null }, exec, (event) => {
+        const sent = peer.launch({ ...WARM_SCRIPT, random: null, journal: false, replayClock: null }, exec, (event) => {
           if (event.type === "call") peer.settle(exec, event.id, { ok: true, value: String(event.id) }, null, null);
           if (event.type === "done") resolve();
         });
@@ -171,8 +172,6 @@ export class PeerPool implements Launcher {
       });
       await Promise.race([done, peer.gone]);
     }
-    if (peer.dead) throw new Error(`the ${this.options.what} ended while it warmed up`);
-    peer.warmed = true;
   }
 
   /** Live VM sides (for tests and monitoring). */
@@ -201,9 +200,7 @@ export class PeerPool implements Launcher {
     });
     this.peers.push(peer);
     this.counts.peak = Math.max(this.counts.peak, this.peerCount);
-    const warmed = this.warmUp(peer);
-    this.warmedUp.set(peer, warmed);
-    warmed.then(
+    peer.ready.then(
       () => this.pump(),
       () => {},
     );
@@ -285,7 +282,7 @@ export class PeerPool implements Launcher {
     let booting = false;
     for (const peer of this.peers) {
       if (peer.dead) continue;
-      if (!peer.warmed) {
+      if (!peer.booted) {
         booting = true;
         continue;
       }
