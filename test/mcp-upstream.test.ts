@@ -11,7 +11,7 @@ import { CodemodeSandbox, isIdentifier } from "airlock-codemode";
 import { renderDeclarations } from "airlock-codemode/declarations";
 import {
   callResultToValue,
-  McpConfigError,
+  type McpConfigError,
   McpToolCollisionError,
   McpToolset,
   type McpUpstream,
@@ -22,6 +22,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import {
+  configError,
   EVERYTHING,
   everything,
   filesystem,
@@ -500,16 +501,6 @@ describe("allow-list and read-only mode", () => {
 });
 
 describe("clear errors", () => {
-  const configError = (config: unknown, env: Record<string, string> = {}) => {
-    try {
-      parseMcpConfig(config, { env, source: "mcp.json" });
-    } catch (error) {
-      expect(error).toBeInstanceOf(McpConfigError);
-      return error as McpConfigError;
-    }
-    throw new Error("expected a config error");
-  };
-
   it("names the server and the field of a bad config", () => {
     expect(configError([]).message).toMatch(/^mcp\.json must be a JSON object/);
     expect(configError({ server: {} })).toMatchObject({
