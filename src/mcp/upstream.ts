@@ -513,7 +513,8 @@ export class McpUpstream {
   private ensureClient(): Promise<Client> {
     if (this.closed) return Promise.reject(new McpUpstreamError(this.name, `server "${this.name}" is closed`));
     if (this.client !== undefined) return Promise.resolve(this.client);
-    if (this.downState !== undefined && this.connecting === undefined) return Promise.reject(this.downError());
+    // Calls do not wait on a retry under way, which may take as long as a start may.
+    if (this.downState !== undefined) return Promise.reject(this.downError());
     return this.establish().catch((error: unknown) => {
       // A start that failed marks the server down; the retry that failed has already done so.
       if (!this.closed && this.downState === undefined) this.fail(error);
