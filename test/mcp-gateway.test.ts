@@ -832,6 +832,43 @@ describe("the gateway as a library", () => {
     }
   });
 
+  it("runs one client's program while another's computes, on the library's default pool", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } });
+    const connect = async () => {
+      const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+      await gateway.createServer().connect(serverSide);
+      const client = new Client({ name: "in-memory", version: "1.0.0" });
+      await client.connect(clientSide);
+      return client;
+    };
+    const [a, b] = await Promise.all([connect(), connect()]);
+    try {
+      let aDone = false;
+      const spinning = a
+        .callTool({
+          name: "execute",
+          arguments: { code: "const end = Date.now() + 4000; while (Date.now() < end) {} return 'a';" },
+        })
+        .then((result) => {
+          aDone = true;
+          return result;
+        });
+      // B's trivial program finishes while A's still computes: it was not queued behind A on one worker (with
+      // poolSize: 1 it is).
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const quick = await b.callTool({
+        name: "execute",
+        arguments: { code: "return (await tools.paged__item_0()).item" },
+      });
+      expect([textOf(quick), aDone]).toEqual(["0", false]);
+      expect(textOf(await spinning)).toBe("a");
+    } finally {
+      await a.close();
+      await b.close();
+      await gateway.close();
+    }
+  });
+
   it("declares a small catalog in full in execute's description", async () => {
     const gateway = await McpGateway.start({ mcpServers: { everything: everything() } }, { poolSize: 1 });
     try {
