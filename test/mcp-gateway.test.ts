@@ -558,7 +558,7 @@ describe("an upstream that does not start", () => {
       const { tools } = await client.listTools();
       const description = tools.find((tool) => tool.name === "execute")?.description ?? "";
       expect(description).toContain(
-        'Down now, tried again in the background (their tools appear when they are back):\n- broken: server "broken" did not start',
+        "Down now, tried again in the background (their tools appear when they are back):\n- broken: did not start: the process exited before finishing the MCP handshake",
       );
       const search = await client.callTool({ name: "search", arguments: { query: "item" } });
       expect(textOf(search)).toContain("Servers down now (their tools are missing; tried again in the background):");

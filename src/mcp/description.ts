@@ -87,7 +87,7 @@ export function toolsBlock(input: DescriptionInput): { form: DeclarationsForm; t
 function downLines(toolset: McpToolset): string {
   const down = toolset.down;
   if (down.length === 0) return "";
-  const lines = down.map((status) => `- ${status.server}: ${status.down?.error.message.split("\n")[0] ?? "down"}`);
+  const lines = down.map((status) => `- ${status.server}: ${status.down?.error.reason ?? "down"}`);
   return `\n\nDown now, tried again in the background (their tools appear when they are back):\n${lines.join("\n")}`;
 }
 

@@ -118,6 +118,8 @@ export class McpGateway {
   private registered: string[] = [];
   private readonly stopListening: () => void;
   private described: { key: string; text: string } | undefined;
+  /** The description clients were last told of (with tools/list_changed), or that they listed first. */
+  private notified = "";
   private closed = false;
 
   constructor(toolset: McpToolset, options: McpGatewayOptions = {}, ownsToolset = false) {
@@ -148,9 +150,14 @@ export class McpGateway {
     this.registerTools();
     this.stopListening = toolset.onChange((change) => {
       if (change === "tools") this.registerTools();
+      // A server's state changes the tool list only through execute's description: each failed retry of a server
+      // that stays down leaves it as it was, and clients are not told.
+      if (change === "status" && this.executeDescription() === this.notified) return;
+      if (change === "tools" || change === "status") this.notified = this.executeDescription();
       const what = change === "status" ? "tools" : change;
       for (const session of this.sessions) session.changed(what);
     });
+    this.notified = this.executeDescription();
     // The description's budget is counted in real tokens once the tokenizer is there (bytes until then).
     void loadTokenizer().then(() => {
       this.described = undefined;
@@ -376,7 +383,7 @@ export class McpGateway {
   private downNote(): string {
     const down = this.toolset.down;
     if (down.length === 0) return "";
-    const lines = down.map((status) => `- ${status.server}: ${status.down?.error.message.split("\n")[0]}`);
+    const lines = down.map((status) => `- ${status.server}: ${status.down?.error.reason ?? "down"}`);
     return `\n\nServers down now (their tools are missing; tried again in the background):\n${lines.join("\n")}`;
   }
 

@@ -175,6 +175,8 @@ function startError(
   let reason: string;
   if (spec.transport === "stdio") {
     const command = [spec.command, ...spec.args].map((part) => (/\s/.test(part) ? JSON.stringify(part) : part));
+    // A reason Airlock did not write (the handshake's own error) is left out of what models are told.
+    let own = true;
     // spawn() reports a missing working directory as ENOENT too, as if the command were missing.
     if ((code === "ENOENT" || code === "ENOTDIR") && spec.cwd !== undefined && !isDirectory(spec.cwd)) {
       reason = `its working directory "cwd" (${spec.cwd}) is not a directory that exists`;
@@ -182,23 +184,35 @@ function startError(
     else if (code === "EACCES") reason = `command "${spec.command}" is not executable`;
     else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${connectTimeoutMs} ms`;
     else if (isConnectionClosed(error, client)) reason = "the process exited before finishing the MCP handshake";
-    else reason = errorText(error);
+    else {
+      reason = errorText(error);
+      own = false;
+    }
     return new McpUpstreamError(
       spec.name,
       `server "${spec.name}" did not start: ${reason}. Command: ${command.join(" ")}`,
       stderrTail,
-      { cause: error },
+      { cause: error, reason: `did not start: ${own ? reason : "it failed before finishing the MCP handshake"}` },
     );
   }
-  if (error instanceof StreamableHTTPError) reason = `HTTP ${error.code}: ${error.message}`;
-  else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${connectTimeoutMs} ms`;
-  else reason = errorText(error);
+  let shown: string;
+  if (error instanceof StreamableHTTPError) {
+    reason = `HTTP ${error.code}: ${error.message}`;
+    shown = `HTTP ${error.code}`;
+  } else if (isTimeout(error)) {
+    reason = `it did not finish the MCP handshake within ${connectTimeoutMs} ms`;
+    shown = reason;
+  } else {
+    reason = errorText(error);
+    shown = "the connection failed";
+  }
   return new McpUpstreamError(
     spec.name,
     `server "${spec.name}" at ${spec.url.href} could not be reached: ${reason}`,
     "",
     {
       cause: error,
+      reason: `could not be reached (${shown})`,
     },
   );
 }

@@ -295,7 +295,10 @@ export class McpUpstream {
     const cause =
       error instanceof McpUpstreamError
         ? error
-        : new McpUpstreamError(this.name, `server "${this.name}" failed: ${errorText(error)}`, "", { cause: error });
+        : new McpUpstreamError(this.name, `server "${this.name}" failed: ${errorText(error)}`, "", {
+            cause: error,
+            reason: "failed",
+          });
     // A server that starts but then fails its listing keeps backing off instead of being retried every second.
     const attempts = (this.downState?.attempts ?? this.attemptsBeforeUp) + 1;
     const delay = Math.min(this.retryInitialMs * 2 ** Math.min(attempts - 1, 30), this.retryMaxMs);
@@ -347,7 +350,9 @@ export class McpUpstream {
     let reconnected = false;
     let client = this.client;
     if (client === undefined) {
-      client = await abortable(this.ensureClient(), signal);
+      client = await abortable(this.ensureClient(), signal).catch((error: unknown) => {
+        throw this.publicError(error);
+      });
       reconnected = true;
     }
     try {
@@ -376,7 +381,9 @@ export class McpUpstream {
           client,
         );
       }
-      const fresh = await abortable(this.ensureClient(), signal);
+      const fresh = await abortable(this.ensureClient(), signal).catch((again: unknown) => {
+        throw this.publicError(again);
+      });
       return await request.send(fresh, signal).catch((again: unknown) => {
         if (signal?.aborted) throw signal.reason ?? again;
         if (classify(again, fresh) === "other") throw this.callError(request.what, again);
@@ -548,16 +555,30 @@ export class McpUpstream {
     return this.connecting;
   }
 
+  /**
+   * A failure to start the server as the call that needed it fails: the reason in Airlock's words, without the
+   * command line, URL or stderr (they can carry secrets of the config); the full error is its `cause`.
+   */
+  private publicError(error: unknown): unknown {
+    if (!(error instanceof McpUpstreamError) || error.reason === "failed" || told.has(error)) return error;
+    return new McpUpstreamError(this.name, `server "${this.name}" ${error.reason}`, "", {
+      cause: error,
+      reason: error.reason,
+    });
+  }
+
   private downError(): McpUpstreamError {
     const down = this.downState as McpUpstreamDown;
     const seconds = Math.max(0, Math.ceil((down.retryAt - Date.now()) / 1000));
-    const reason = down.error.message.split("\n")[0] as string;
-    return new McpUpstreamError(
+    // Programs see this: the reason in Airlock's words, not the command line or stderr of the message.
+    const error = new McpUpstreamError(
       this.name,
-      `server "${this.name}" is down (${reason}); it is tried again in the background, next in ${seconds} s`,
+      `server "${this.name}" is down (it ${down.error.reason}); it is tried again in the background, next in ${seconds} s`,
       "",
-      { cause: down.error },
+      { cause: down.error, reason: down.error.reason },
     );
+    told.add(error);
+    return error;
   }
 
   private drop(client: Client): void {
@@ -591,6 +612,9 @@ export class McpUpstream {
     return openClient(this.spec, hooks, () => (this.spec.transport === "stdio" ? this.stderrTail : ""));
   }
 }
+
+/** Errors already written for programs to see (see `publicError`). */
+const told = new WeakSet<Error>();
 
 /** What a failed request says about the connection. */
 function classify(error: unknown, client: Client): Failure {
