@@ -10,14 +10,15 @@ const SERVERS = ["everything", "filesystem", "memory", "github"];
 
 /** The tools of the captured MCP servers, as `{ name, description, inputSchema, outputSchema? }`. */
 export function capturedTools() {
-  return SERVERS.flatMap((server) => {
-    const { tools } = JSON.parse(readFileSync(join(fixtures, `mcp-server-${server}.json`), "utf8"));
-    return tools.map(({ name, description, inputSchema, outputSchema }) =>
-      outputSchema === undefined
-        ? { name, description, inputSchema }
-        : { name, description, inputSchema, outputSchema },
-    );
-  });
+  return SERVERS.flatMap((server) => capturedToolsOf(server));
+}
+
+/** The tools of one captured MCP server. */
+function capturedToolsOf(server) {
+  const { tools } = JSON.parse(readFileSync(join(fixtures, `mcp-server-${server}.json`), "utf8"));
+  return tools.map(({ name, description, inputSchema, outputSchema }) =>
+    outputSchema === undefined ? { name, description, inputSchema } : { name, description, inputSchema, outputSchema },
+  );
 }
 
 const id = (what) => ({ type: "string", description: `ID of the ${what}` });
@@ -561,4 +562,28 @@ export function buildCatalog(size = 200) {
   const generated = generatedTools();
   if (captured.length + generated.length < size) throw new Error(`cannot build a catalog of ${size} tools`);
   return [...captured, ...generated].slice(0, size);
+}
+
+/**
+ * The same catalog as the MCP servers that would serve it: the captured servers' tools under their server's name,
+ * each generated service's under its prefix (`crm_create_contact` is tool `create_contact` of server `crm`).
+ * Servers keep the catalog's order of first appearance.
+ */
+export function catalogServers(size = 200) {
+  const captured = new Map(
+    SERVERS.map((server) => [server, new Set(capturedToolsOf(server).map((tool) => tool.name))]),
+  );
+  const prefixes = SERVICES.map((service) => service.prefix);
+  const servers = new Map();
+  for (const tool of buildCatalog(size)) {
+    let server = SERVERS.find((name) => captured.get(name).has(tool.name));
+    let name = tool.name;
+    if (server === undefined) {
+      server = prefixes.find((prefix) => tool.name.startsWith(`${prefix}_`));
+      name = tool.name.slice(server.length + 1);
+    }
+    if (!servers.has(server)) servers.set(server, []);
+    servers.get(server).push({ ...tool, name });
+  }
+  return [...servers].map(([server, tools]) => ({ server, tools }));
 }

@@ -5,9 +5,9 @@
 //
 // A tool costs what a client sends the model for it: its name, description and input schema as JSON (the shape of
 // a tool definition in the Anthropic and OpenAI APIs; clients leave out title, annotations and output schema).
-// "gateway" is the default, whose execute description carries full declarations while they fit in
-// DEFAULT_INLINE_DECLARATIONS_MAX_CHARS; "gateway, index" and "gateway, search only" force the smaller forms that
-// larger catalogs get.
+// "gateway" is the default, whose execute description carries full declarations, else one-line signatures, else
+// one line per server, whichever fits DEFAULT_DECLARATIONS_MAX_TOKENS; "gateway, servers" and "gateway, counts"
+// force the smaller forms that larger catalogs get.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,7 +17,7 @@ import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { Tiktoken } from "js-tiktoken/lite";
 import cl100k_base from "js-tiktoken/ranks/cl100k_base";
 import o200k_base from "js-tiktoken/ranks/o200k_base";
-import { renderToolIndex } from "../dist/declarations/index.js";
+import { renderToolSignatures } from "../dist/declarations/index.js";
 import { McpGateway, McpToolset } from "../dist/mcp/index.js";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -54,14 +54,12 @@ async function gatewayTools(toolset, options) {
   return tools;
 }
 
-/** The execute description's three forms: full declarations (the default while they fit), the index, none. */
+/** The execute description's forms: the default for the catalog, one line per server, the servers' counts. */
 const variants = [
   ["gateway", () => ({})],
-  ["gateway, index", (tools) => ({ inlineDeclarationsMaxChars: renderToolIndex(tools, { hint: INDEX_HINT }).length })],
-  ["gateway, search only", () => ({ inlineDeclarationsMaxChars: 0 })],
+  ["gateway, servers", (tools) => ({ declarationsMaxTokens: tokens("o200k_base", renderToolSignatures(tools)) - 1 })],
+  ["gateway, counts", () => ({ declarationsMaxTokens: 0 })],
 ];
-const INDEX_HINT =
-  "Before calling a tool, get its full declaration (parameters and result type) with the describe tool.";
 
 const rows = [];
 const sets = [...Object.keys(servers).map((name) => [name]), Object.keys(servers)];
@@ -86,7 +84,7 @@ try {
 for (const encoding of Object.keys(encoders)) {
   console.log(`\n${encoding} tokens a client loads to offer the tools (name, description, input schema as JSON)\n`);
   const header = ["servers", "tools", "direct", ...variants.map(([label]) => label)];
-  const widths = [12, 6, 9, 16, 16, 22];
+  const widths = [12, 6, 9, 16, 18, 17];
   console.log(header.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join(""));
   for (const row of rows) {
     const direct = tokens(encoding, row.forms.direct);

@@ -32,4 +32,11 @@ export {
 } from "./sandbox/codemode.ts";
 export * from "./source/index.ts";
 export * from "./tools/index.ts";
+export {
+  MAX_TRACE_VALUE_CHARS,
+  setTraceOptions,
+  TRACER_NAME,
+  type TraceOptions,
+  tracingAvailable,
+} from "./tracing/index.ts";
 export type * from "./types.ts";

@@ -84,7 +84,20 @@ export interface CodemodeExecuteOptions {
   timeoutMs?: number;
   /** Values the script reads with `load(key)`; its `store()` calls come back as `result.storeWrites`. */
   store?: Readonly<Record<string, unknown>>;
+  /**
+   * Called while the script runs, as things arrive on the host: each output item (text, console line, image; the same
+   * items are in `result.output`), and each tool call's start and end. A listener that throws is ignored.
+   */
+  onProgress?: (event: CodemodeProgressEvent) => void;
 }
+
+/** What `onProgress` hears of a run while it runs. */
+export type CodemodeProgressEvent =
+  | { type: "output"; item: CodemodeOutputItem }
+  /** A tool call started. */
+  | { type: "call"; name: string }
+  /** A tool call ended: answered (`ok`) or failed. A call still open when the run ends is not reported. */
+  | { type: "result"; name: string; ok: boolean };
 
 /** A call made by the script of a deterministic run, answered with `CodemodeRun.deliver()`. */
 export interface CodemodeHostCall {

@@ -124,14 +124,16 @@ async function exercise(client: Client) {
   expect(execute?.description).toContain("The program is the body of an async function");
   expect(execute?.description).toContain('// @options: {"timeout_ms": 30000, "max_output_tokens": 4000}');
   expect(execute?.description).toMatch(/\(limits here: \d+ ms, \d+ tokens; longer text is cut\)/);
-  // 35 tools have more declarations than the description's budget: it carries their index.
-  expect(execute?.description).toContain("Index of 35 tools");
+  // 36 tools have more declarations than the description's budget: it carries their signatures, enough to call them.
+  expect(execute?.description).toContain("The tools (describe gives a tool's documentation):");
   expect(execute?.description).toContain(
-    "get its full declaration (parameters and result type) with the describe tool",
+    "  everything__get_sum(args: { a: number; b: number }): Promise<unknown>; // Returns the sum of two numbers\n",
   );
   expect(execute?.description).toContain(
-    "  everything__get_sum(args: unknown): Promise<unknown>; // Returns the sum of two numbers\n",
+    "  files__read_text_file(args: { path: string; tail?: number; head?: number }): Promise<{ content: string }>;",
   );
+  expect(execute?.description).not.toContain("args: unknown");
+  expect(await countTokens(execute?.description ?? "")).toBeLessThan(2_500);
   expect(execute?.inputSchema.properties).toHaveProperty("code");
   expect(tools.find((tool) => tool.name === "search")?.annotations?.readOnlyHint).toBe(true);
 
@@ -181,6 +183,27 @@ async function exercise(client: Client) {
     conditions: "Light rain / drizzle",
     cities: ["Oslo"],
   });
+  // The same run as data, checked by the client against execute's outputSchema.
+  expect(execute?.outputSchema?.required).toEqual(["ok", "output", "images", "truncated", "calls"]);
+  expect(run.structuredContent).toEqual({
+    ok: true,
+    value: { conditions: "Light rain / drizzle", cities: ["Oslo"] },
+    output: "read hello from the folder",
+    images: 1,
+    truncated: false,
+    calls: {
+      total: 5,
+      failed: 0,
+      cancelled: 0,
+      byTool: {
+        everything__get_structured_content: 1,
+        files__read_text_file: 1,
+        memory__create_entities: 1,
+        memory__search_nodes: 1,
+        everything__get_tiny_image: 1,
+      },
+    },
+  });
 
   // A failed run: isError, kind, message and stack lines.
   const failed = await client.callTool({
@@ -191,6 +214,17 @@ async function exercise(client: Client) {
   expect(textOf(failed)).toBe(
     "Error (script): TypeError: cannot read property 'entities' of null\n    at <anonymous> (codemode.js:3:8)\nOutput before the error:\nstep 1",
   );
+  expect(failed.structuredContent).toMatchObject({
+    ok: false,
+    output: "step 1",
+    error: { kind: "script", name: "TypeError", message: "cannot read property 'entities' of null" },
+  });
+  expect(failed.structuredContent).not.toHaveProperty("value");
+  // A tool the gateway does not have is a protocol error, not a result.
+  await expect(client.callTool({ name: "exec", arguments: { code: "return 1" } })).rejects.toMatchObject({
+    code: -32602,
+    message: expect.stringContaining('Unknown tool "exec": this server has the tools search, describe, execute'),
+  });
   const upstreamError = await client.callTool({
     name: "execute",
     arguments: {
@@ -239,8 +273,9 @@ describe("over stdio", () => {
   it("lists three tools, searches, describes and executes", async () => {
     await exercise(client);
     expect(client.getServerVersion()?.name).toBe("airlock");
-    expect(client.getInstructions()).toContain("35 tools of 3 MCP servers: everything (12), files (14), memory (9).");
-    expect(stderr).toContain("airlock serve: 35 tools from everything (12), files (14), memory (9)");
+    // The everything server lists get_roots_list to clients that have roots, as the gateway does for its clients'.
+    expect(client.getInstructions()).toContain("36 tools of 3 MCP servers: everything (13), files (14), memory (9).");
+    expect(stderr).toContain("airlock serve: 36 tools from everything (13), files (14), memory (9)");
   });
 
   it("honours the options line within the flags' limits", async () => {
@@ -491,16 +526,59 @@ describe("errors at start", () => {
     ]);
   });
 
-  it("exits 1 with the stderr tail of an upstream that does not start, and for a name collision", async () => {
-    const broken = await serve({ mcpServers: { broken: paged("--fail-start") } });
-    expect(broken.code).toBe(1);
-    expect(broken.stderr).toContain(
-      'airlock serve: server "broken" did not start: the process exited before finishing the MCP handshake',
-    );
-    expect(broken.stderr).toContain("  paged-server: fatal: PAGED_TOKEN is not set");
+  it("exits 1 for a name collision", async () => {
     const collision = await serve({ mcpServers: { data: paged("--tools", "1", "--collide") } });
     expect(collision.code).toBe(1);
     expect(collision.stderr).toContain("would both be tools.data__get_value");
+  });
+});
+
+describe("an upstream that does not start", () => {
+  it("is reported with its stderr tail and tried again in the background, while the others serve", async () => {
+    const path = join(folder.dir, "config-broken.json");
+    writeFileSync(path, JSON.stringify({ mcpServers: { broken: paged("--fail-start"), data: paged("--tools", "2") } }));
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, "serve", "--config", path],
+      cwd: REPO_ROOT,
+      stderr: "pipe",
+    });
+    let stderr = "";
+    transport.stderr?.on("data", (chunk) => {
+      stderr += chunk;
+    });
+    const client = new Client({ name: "gateway-down-test", version: "1.0.0" });
+    await client.connect(transport);
+    try {
+      expect(stderr).toContain(
+        'airlock serve: server "broken" is down (attempt 1); trying again in 1 s: server "broken" did not start: the process exited before finishing the MCP handshake',
+      );
+      expect(stderr).toContain("  paged-server: fatal: PAGED_TOKEN is not set");
+      expect(stderr).toContain("airlock serve: 6 tools from broken (down), data (6)");
+      const { tools } = await client.listTools();
+      const description = tools.find((tool) => tool.name === "execute")?.description ?? "";
+      expect(description).toContain(
+        "Down now, tried again in the background (their tools appear when they are back):\n- broken: did not start: the process exited before finishing the MCP handshake",
+      );
+      const search = await client.callTool({ name: "search", arguments: { query: "item" } });
+      expect(textOf(search)).toContain("Servers down now (their tools are missing; tried again in the background):");
+      const run = await client.callTool({
+        name: "execute",
+        arguments: { code: "return (await tools.data__item_1()).item" },
+      });
+      expect(textOf(run)).toBe("1");
+      // Retried with a doubling delay: its second and third failures are reported in a line each.
+      await waitFor(
+        () => /broken" is down \(attempt 3\); trying again in 4 s/.test(stderr),
+        20_000,
+        "the third attempt",
+      );
+      expect(stderr).toContain(
+        'server "broken" is down (attempt 2); trying again in 2 s: server "broken" did not start',
+      );
+    } finally {
+      await client.close();
+    }
   });
 });
 
@@ -689,7 +767,14 @@ describe("the gateway as a library", () => {
           body: "{}",
         });
         expect([authorization, response.status]).toEqual([authorization, 401]);
-        expect(response.headers.get("www-authenticate")).toBe('Bearer realm="airlock"');
+        const challenge = response.headers.get("www-authenticate");
+        const metadata = `resource_metadata="${serving.metadataUrl}"`;
+        // No token: a challenge naming the metadata; a wrong one: invalid_token as well.
+        expect(challenge).toBe(
+          authorization === undefined || !authorization.startsWith("Bearer ")
+            ? `Bearer realm="airlock", ${metadata}`
+            : `Bearer realm="airlock", error="invalid_token", error_description="the token is not the gateway's", ${metadata}`,
+        );
       }
       expect(serving.sessions).toBe(0);
       await client.connect(
@@ -747,6 +832,43 @@ describe("the gateway as a library", () => {
     }
   });
 
+  it("runs one client's program while another's computes, on the library's default pool", async () => {
+    const gateway = await McpGateway.start({ mcpServers: { paged: paged("--tools", "1") } });
+    const connect = async () => {
+      const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+      await gateway.createServer().connect(serverSide);
+      const client = new Client({ name: "in-memory", version: "1.0.0" });
+      await client.connect(clientSide);
+      return client;
+    };
+    const [a, b] = await Promise.all([connect(), connect()]);
+    try {
+      let aDone = false;
+      const spinning = a
+        .callTool({
+          name: "execute",
+          arguments: { code: "const end = Date.now() + 4000; while (Date.now() < end) {} return 'a';" },
+        })
+        .then((result) => {
+          aDone = true;
+          return result;
+        });
+      // B's trivial program finishes while A's still computes: it was not queued behind A on one worker (with
+      // poolSize: 1 it is).
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const quick = await b.callTool({
+        name: "execute",
+        arguments: { code: "return (await tools.paged__item_0()).item" },
+      });
+      expect([textOf(quick), aDone]).toEqual(["0", false]);
+      expect(textOf(await spinning)).toBe("a");
+    } finally {
+      await a.close();
+      await b.close();
+      await gateway.close();
+    }
+  });
+
   it("declares a small catalog in full in execute's description", async () => {
     const gateway = await McpGateway.start({ mcpServers: { everything: everything() } }, { poolSize: 1 });
     try {
@@ -764,13 +886,16 @@ describe("the gateway as a library", () => {
   it("declares a large catalog as an index, and marks execute read-only in read-only mode", async () => {
     const gateway = await McpGateway.start(
       { mcpServers: { paged: paged("--tools", "60") } },
-      { readOnly: true, inlineDeclarationsMaxChars: 2000, poolSize: 1 },
+      { readOnly: true, declarationsMaxTokens: 300, poolSize: 1 },
     );
     try {
       expect(gateway.tools.every((tool) => tool.annotations?.readOnlyHint === true)).toBe(true);
       expect(gateway.tools).toHaveLength(32);
       const description = gateway.executeDescription();
-      expect(description).toContain("32 tools of 1 MCP server: paged (32). Find tools with search");
+      expect(description).toContain(
+        "The 32 tools by server, as tools.<server>__<tool>. Before calling one, get its declaration with describe",
+      );
+      expect(description).toContain("- paged (32 tools): item_0, item_2, item_4,");
       const server = gateway.createServer();
       const [a, b] = InMemoryTransport.createLinkedPair();
       await server.connect(a);

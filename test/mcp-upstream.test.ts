@@ -11,9 +11,10 @@ import { CodemodeSandbox, isIdentifier } from "airlock-codemode";
 import { renderDeclarations } from "airlock-codemode/declarations";
 import {
   callResultToValue,
-  McpConfigError,
+  type McpConfigError,
   McpToolCollisionError,
   McpToolset,
+  type McpUpstream,
   McpUpstreamError,
   mcpToolName,
   parseMcpConfig,
@@ -21,6 +22,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import {
+  configError,
   EVERYTHING,
   everything,
   filesystem,
@@ -499,21 +501,11 @@ describe("allow-list and read-only mode", () => {
 });
 
 describe("clear errors", () => {
-  const configError = (config: unknown, env: Record<string, string> = {}) => {
-    try {
-      parseMcpConfig(config, { env, source: "mcp.json" });
-    } catch (error) {
-      expect(error).toBeInstanceOf(McpConfigError);
-      return error as McpConfigError;
-    }
-    throw new Error("expected a config error");
-  };
-
   it("names the server and the field of a bad config", () => {
     expect(configError([]).message).toMatch(/^mcp\.json must be a JSON object/);
-    expect(configError({ servers: {} })).toMatchObject({
+    expect(configError({ server: {} })).toMatchObject({
       field: "mcpServers",
-      message: expect.stringMatching(/no "mcpServers"/),
+      message: expect.stringMatching(/no "mcpServers" \(or VS Code's "servers"\) field/),
     });
     expect(configError({ mcpServers: { gh: {} } })).toMatchObject({
       server: "gh",
@@ -595,39 +587,52 @@ describe("clear errors", () => {
     expect(error).toMatchObject({ server: "mem", field: "read_only" });
   });
 
-  it("reports an upstream that does not start with its stderr tail", async () => {
-    const error = await McpToolset.connect({
-      mcpServers: { fine: everything(), broken: paged("--fail-start") },
-    }).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(McpUpstreamError);
-    const upstreamError = error as McpUpstreamError;
-    expect(upstreamError.server).toBe("broken");
-    expect(upstreamError.message).toMatch(
-      /^server "broken" did not start: the process exited before finishing the MCP handshake/,
+  it("reports an upstream that does not start with its stderr tail, and serves the others", async () => {
+    const down: { server: string; attempts: number }[] = [];
+    const set = await McpToolset.connect(
+      { mcpServers: { fine: everything(), broken: paged("--fail-start") } },
+      { retryInitialMs: 60_000, onDown: (server, state) => down.push({ server, attempts: state.attempts }) },
     );
-    expect(upstreamError.stderrTail).toContain("fatal: PAGED_TOKEN is not set");
-    expect(upstreamError.message).toContain("Its stderr ended with:\n  paged-server: loading settings");
+    try {
+      expect(down).toEqual([{ server: "broken", attempts: 1 }]);
+      expect(set.tools.some((tool) => tool.server === "fine")).toBe(true);
+      expect(set.status().map((s) => [s.server, s.state])).toEqual([
+        ["fine", "up"],
+        ["broken", "down"],
+      ]);
+      const upstreamError = set.down[0]?.down?.error as McpUpstreamError;
+      expect(upstreamError).toBeInstanceOf(McpUpstreamError);
+      expect(upstreamError.server).toBe("broken");
+      expect(upstreamError.message).toMatch(
+        /^server "broken" did not start: the process exited before finishing the MCP handshake/,
+      );
+      expect(upstreamError.stderrTail).toContain("fatal: PAGED_TOKEN is not set");
+      expect(upstreamError.message).toContain("Its stderr ended with:\n  paged-server: loading settings");
+      // Calls to a server that is down fail at once, saying so.
+      const upstream = set.upstream("broken") as McpUpstream;
+      await expect(upstream.callTool("item-0", {})).rejects.toThrow(
+        /^server "broken" is down \(it did not start: the process exited before finishing the MCP handshake\); it is tried again in the background, next in \d+ s$/,
+      );
+    } finally {
+      await set.close();
+    }
 
-    const missing = await McpToolset.connect({
-      mcpServers: { ghost: { command: "airlock-no-such-command-here" } },
-    }).catch((e: unknown) => e);
-    expect((missing as Error).message).toMatch(
+    const startError = async (config: unknown) => {
+      const one = await McpToolset.connect(config, { retryInitialMs: 60_000 });
+      await one.close();
+      return one.down[0]?.down?.error.message ?? "";
+    };
+    expect(await startError({ mcpServers: { ghost: { command: "airlock-no-such-command-here" } } })).toMatch(
       /server "ghost" did not start: command "airlock-no-such-command-here" was not found/,
     );
-
     // spawn() says ENOENT for a missing working directory as for a missing command.
-    const nowhere = await McpToolset.connect({
-      mcpServers: { nowhere: { command: process.execPath, cwd: join(folder.dir, "missing") } },
-    }).catch((e: unknown) => e);
-    expect((nowhere as Error).message).toMatch(
+    expect(
+      await startError({ mcpServers: { nowhere: { command: process.execPath, cwd: join(folder.dir, "missing") } } }),
+    ).toMatch(
       /^server "nowhere" did not start: its working directory "cwd" \(\S+missing\) is not a directory that exists/,
     );
-
     const port = await freePort();
-    const unreachable = await McpToolset.connect({
-      mcpServers: { web: { url: `http://127.0.0.1:${port}/mcp` } },
-    }).catch((e: unknown) => e);
-    expect((unreachable as Error).message).toMatch(
+    expect(await startError({ mcpServers: { web: { url: `http://127.0.0.1:${port}/mcp` } } })).toMatch(
       new RegExp(`server "web" at http://127.0.0.1:${port}/mcp could not be reached`),
     );
   });

@@ -32,14 +32,27 @@ The config has the format desktop MCP clients use:
   { "mcpServers": {
       "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."], "env": {} },
       "remote": { "url": "https://example.com/mcp", "headers": { "Authorization": "Bearer \${TOKEN}" } } } }
+or VS Code's, with "servers" instead of "mcpServers" (and \${env:VAR} for variables).
 Per server, "tools": ["name", ...] exposes only those tools and "readOnly": true only the tools annotated
 readOnlyHint: true; "readOnly": true at the top applies to every server. \${VAR} reads the environment.
+A server that does not start (or dies for good) is reported and tried again in the background; the others serve on.
 
 Options:
   --config <file>            The MCP servers (required)
   --http <port>              Serve Streamable HTTP at http://<host>:<port>/mcp instead of stdio (0: a free port)
   --host <address>           Address to bind with --http (default ${DEFAULT_HTTP_HOST}: this machine only)
   --token-env <VAR>          With --http, require Authorization: Bearer <the value of environment variable VAR>
+  --oauth-issuer <url>       With --http, require OAuth access tokens (JWTs) of this authorization server,
+                             checked with its keys (JWKS) for issuer, audience (this gateway) and expiry
+  --oauth-audience <uri>     The audience tokens must name (default: the public URL of the endpoint)
+  --oauth-scopes <a,b>       Scopes every token must carry
+  --oauth-jwks <url>         The issuer's JWKS (default: the jwks_uri of its metadata)
+  --public-url <url>         With --http, the URL clients reach the endpoint at (behind a proxy): the resource
+                             of the protected-resource metadata, and an allowed Host
+  --allowed-hosts <a,b>      With --http, host names allowed in the Host header besides this machine's
+  --forward-roots            With --http, hand clients' roots to the upstream servers that ask for them (over
+                             stdio they always are): the servers are shared by all clients, and roots can widen
+                             what a server may touch
   --session-idle <minutes>   With --http, close a client's session after this long without a request
                              (default ${DEFAULT_SESSION_IDLE_MS / 60_000}; the client then initializes a new one)
   --timeout <ms>             Deadline of one execution (default ${DEFAULT_GATEWAY_TIMEOUT_MS})
@@ -53,8 +66,8 @@ A script's first line may lower the limits for its own run: // @options: {"timeo
 Logs, and what the upstream servers write to stderr, go to stderr. The server runs until stdin closes (stdio) or
 it gets SIGINT or SIGTERM.
 
-Exit status: 0 stopped normally, 1 an upstream server did not start or tool names collide, 2 bad usage or config,
-or an --http port or --host that cannot be bound.
+Exit status: 0 stopped normally, 1 tool names collide, 2 bad usage or config, an --http port or --host that cannot
+be bound, or an --oauth-issuer whose metadata cannot be read.
 `;
 
 const flags = {
@@ -63,6 +76,13 @@ const flags = {
   host: { type: "string" },
   "session-idle": { type: "string" },
   "token-env": { type: "string" },
+  "oauth-issuer": { type: "string" },
+  "oauth-audience": { type: "string" },
+  "oauth-scopes": { type: "string" },
+  "oauth-jwks": { type: "string" },
+  "public-url": { type: "string" },
+  "allowed-hosts": { type: "string" },
+  "forward-roots": { type: "boolean" },
   timeout: { type: "string" },
   memory: { type: "string" },
   "max-output-tokens": { type: "string" },
@@ -91,9 +111,28 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   if (values["session-idle"] !== undefined && values.http === undefined) {
     throw new UsageError("--session-idle needs --http <port>");
   }
-  if (values["token-env"] !== undefined && values.http === undefined) {
-    throw new UsageError("--token-env needs --http <port>");
+  for (const flag of ["token-env", "oauth-issuer", "public-url", "allowed-hosts", "forward-roots"] as const) {
+    if (values[flag] !== undefined && values.http === undefined) throw new UsageError(`--${flag} needs --http <port>`);
   }
+  for (const flag of ["oauth-audience", "oauth-scopes", "oauth-jwks"] as const) {
+    if (values[flag] !== undefined && values["oauth-issuer"] === undefined) {
+      throw new UsageError(`--${flag} needs --oauth-issuer <url>`);
+    }
+  }
+  if (values["token-env"] !== undefined && values["oauth-issuer"] !== undefined) {
+    throw new UsageError("give --token-env or --oauth-issuer, not both");
+  }
+  const oauth =
+    values["oauth-issuer"] === undefined
+      ? undefined
+      : {
+          issuer: values["oauth-issuer"],
+          ...(values["oauth-audience"] === undefined ? {} : { audience: values["oauth-audience"] }),
+          ...(values["oauth-scopes"] === undefined ? {} : { requiredScopes: list(values["oauth-scopes"]) }),
+          ...(values["oauth-jwks"] === undefined ? {} : { jwksUri: values["oauth-jwks"] }),
+        };
+  const allowedHosts = values["allowed-hosts"] === undefined ? undefined : list(values["allowed-hosts"]);
+  const publicUrl = values["public-url"];
   const bearerToken = values["token-env"] === undefined ? undefined : tokenFrom(values["token-env"]);
   const sessionIdleMs =
     values["session-idle"] === undefined
@@ -145,17 +184,24 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       clientInfo: { name: "airlock", version: packageVersion() },
       onStderr: upstreamLogger(io),
       onWarning: (warning) => log(`warning: ${warning}`),
+      onDown: (server, down) => {
+        const seconds = Math.max(1, Math.round((down.retryAt - Date.now()) / 1000));
+        // The first failure in full (with the server's stderr), later ones in a line.
+        const reason = down.attempts === 1 ? down.error.message : (down.error.message.split("\n")[0] as string);
+        log(`server "${server}" is down (attempt ${down.attempts}); trying again in ${seconds} s: ${reason}`);
+      },
+      onUp: (server) => log(`server "${server}" is up again`),
+      forwardRoots: port === undefined || values["forward-roots"] === true,
     });
   } catch (error) {
-    if (error instanceof mcp.McpUpstreamError || error instanceof mcp.McpToolCollisionError) {
+    if (error instanceof mcp.McpToolCollisionError) {
       log(error.message);
       return EXIT_FAILED;
     }
     throw error;
   }
-  const counts = gateway.toolset.upstreams.map(
-    (upstream) => `${upstream.name} (${gateway.tools.filter((tool) => tool.server === upstream.name).length})`,
-  );
+  const status = gateway.toolset.status();
+  const counts = status.map((s) => `${s.server} (${s.state === "down" ? "down" : s.tools})`);
   log(`${gateway.tools.length} tools from ${counts.join(", ") || "no servers"}${readOnly ? ", read-only" : ""}`);
 
   let stop: (signal: string) => void = () => {};
@@ -173,13 +219,31 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
     } else {
       let serving: HttpServing;
       try {
-        serving = await mcp.serveGatewayHttp(gateway, { port, host, sessionIdleMs, bearerToken });
+        serving = await mcp.serveGatewayHttp(gateway, {
+          port,
+          host,
+          sessionIdleMs,
+          ...(bearerToken === undefined ? {} : { bearerToken }),
+          ...(oauth === undefined ? {} : { oauth }),
+          ...(publicUrl === undefined ? {} : { publicUrl }),
+          ...(allowedHosts === undefined ? {} : { allowedHosts }),
+        });
       } catch (error) {
         // The address was free a moment ago but may be taken since; the upstream servers are stopped below.
+        if (error instanceof TypeError) throw new UsageError(error.message);
+        if (oauth !== undefined && !(error as NodeJS.ErrnoException).code) {
+          throw new UsageError(`--oauth-issuer: ${(error as Error).message}`);
+        }
         throw bindError(error, port, host);
       }
-      log(`listening on ${serving.url}${bearerToken === undefined ? "" : " (bearer token required)"}`);
-      if (bearerToken === undefined && host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
+      const guard =
+        bearerToken !== undefined
+          ? " (bearer token required)"
+          : oauth !== undefined
+            ? ` (OAuth access tokens of ${oauth.issuer} required)`
+            : "";
+      log(`listening on ${serving.url}${guard}`);
+      if (guard === "" && host !== DEFAULT_HTTP_HOST && host !== "localhost" && host !== "::1") {
         log(
           `warning: bound to ${host} without --token-env: anyone who can reach it can run programs against the upstream tools`,
         );
@@ -205,6 +269,14 @@ function tokenFrom(variable: string): string {
     throw new UsageError(`--token-env: ${variable} must hold printable ASCII without spaces`);
   }
   return token;
+}
+
+/** A comma-separated flag value as its items. */
+function list(value: string): string[] {
+  return value
+    .split(",")
+    .map((item) => item.trim())
+    .filter((item) => item !== "");
 }
 
 function portNumber(value: string): number {

@@ -27,6 +27,7 @@ import {
 import { copyScope, costOfOutcome, isId, MAX_ID_CHARS } from "../tools/invoke.ts";
 import { type CallerTools, isCallerTools } from "../tools/registry.ts";
 import { parseWithSchema } from "../tools/validate.ts";
+import { traceRun, traceRunCall } from "../tracing/index.ts";
 import {
   isSandboxAdapter,
   type ProgramErrorInfo,
@@ -268,8 +269,8 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
       // The input is copied before execute() returns: the caller changing it later changes nothing.
       const copied = tryCopyJson(input, { maxBytes: program.limits.maxInputBytes });
       const run = new Execution(program, adapter, invokeTool, options, maximumCostMicros, maxToolResultBytes);
-      return run
-        .start(copied)
+      const attributes = { "airlock.program.id": program.id, "airlock.program.digest": program.digest };
+      return traceRun(run, "airlock.code_mode.execute", attributes, () => run.start(copied))
         .catch(() =>
           failed("OUTCOME_UNKNOWN", "the executor failed; the execution's effects are unknown", undefined, bare),
         )
@@ -636,7 +637,7 @@ class Execution {
       });
       let pending: Promise<unknown>;
       try {
-        pending = Promise.resolve(this.invokeTool(tool, input, context));
+        pending = traceRunCall(this, tool.id, input, () => this.invokeTool(tool, input, context));
       } catch (error) {
         pending = Promise.reject(error);
       }

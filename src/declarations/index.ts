@@ -1,5 +1,15 @@
+export {
+  renderToolOverview,
+  renderToolSignatures,
+  type ToolGroup,
+  type ToolOverviewOptions,
+  type ToolSignaturesOptions,
+} from "./compact.ts";
 export { describeTool } from "./describe.ts";
 export {
+  COMPACT_INPUT_MAX_CHARS,
+  COMPACT_OUTPUT_MAX_CHARS,
+  COMPACT_SUMMARY_MAX_CHARS,
   DEFAULT_INDEX_HINT,
   DEFAULT_INPUT_SCHEMA_MAX_CHARS,
   DEFAULT_OUTPUT_SCHEMA_MAX_CHARS,

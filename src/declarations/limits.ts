@@ -31,3 +31,12 @@ export const MAX_LITERAL_VALUES = 1_000;
 /** The index's default sentence on how to get a tool's full declaration. */
 export const DEFAULT_INDEX_HINT =
   'Before calling a tool, get its full declaration (parameters and result type) with describeTool("<name>").';
+
+/** Longest argument type on one line of `renderToolSignatures`, in characters; larger ones lose nested levels. */
+export const COMPACT_INPUT_MAX_CHARS = 400;
+
+/** Longest result type on one line of `renderToolSignatures`, in characters. */
+export const COMPACT_OUTPUT_MAX_CHARS = 200;
+
+/** Longest summary after a tool in `renderToolSignatures`. */
+export const COMPACT_SUMMARY_MAX_CHARS = 80;

@@ -1,9 +1,13 @@
 /**
  * The config file: the format desktop MCP clients already use, `{ "mcpServers": { "<name>": { command, args, env } |
- * { url, headers } } }`, plus two Airlock fields per server (`tools`, an allow-list, and `readOnly`) and one at the top
- * (`readOnly`). Values may use `${VAR}` and `${VAR:-default}` to read the environment.
+ * { url, headers } } }`, or VS Code's (`{ "servers": { … }, "inputs": [ … ] }`, with `envFile`), plus two Airlock
+ * fields per server (`tools`, an allow-list, and `readOnly`) and one at the top (`readOnly`). Values may use `${VAR}`,
+ * `${VAR:-default}` and VS Code's `${env:VAR}` to read the environment, and `${userHome}` and `${workspaceFolder}`.
  */
+import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { basename, dirname, isAbsolute, resolve } from "node:path";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { McpConfigError } from "./errors.ts";
 import { serverPrefix } from "./names.ts";
@@ -15,6 +19,8 @@ export interface McpStdioServerConfig {
   args?: string[];
   /** Added to a small safe default environment (PATH, HOME, USER, SHELL, TERM, LOGNAME). */
   env?: Record<string, string>;
+  /** A file of `NAME=value` lines added to the environment before `env` (VS Code's field). */
+  envFile?: string;
   cwd?: string;
   /** Which of the server's tools to expose, by their names on the server: `"*"` (the default) for all. */
   tools?: "*" | string[];
@@ -37,7 +43,9 @@ export interface McpHttpServerConfig {
 export type McpServerConfig = McpStdioServerConfig | McpHttpServerConfig;
 
 export interface McpConfig {
-  mcpServers: Record<string, McpServerConfig>;
+  /** The servers by name (Claude Desktop, Cursor and others); VS Code writes `servers`; either or both may be given. */
+  mcpServers?: Record<string, McpServerConfig>;
+  servers?: Record<string, McpServerConfig>;
   /** Read-only mode for every server. */
   readOnly?: boolean;
 }
@@ -76,12 +84,19 @@ export interface ParseMcpConfigOptions {
   readOnly?: boolean;
   /** How messages name the config, for example its file name. Default "the config". */
   source?: string;
+  /**
+   * The directory relative paths (`cwd`, `envFile`) are resolved against and `${workspaceFolder}` names: the config
+   * file's (the parent of a `.vscode` directory holding it). Default the current directory.
+   */
+  baseDir?: string;
 }
 
-const PARSE_KEYS = optionKeys<ParseMcpConfigOptions>({ env: true, readOnly: true, source: true });
-const STDIO_FIELDS = new Set(["type", "command", "args", "env", "cwd", "tools", "readOnly", "disabled"]);
+const PARSE_KEYS = optionKeys<ParseMcpConfigOptions>({ env: true, readOnly: true, source: true, baseDir: true });
+const STDIO_FIELDS = new Set(["type", "command", "args", "env", "envFile", "cwd", "tools", "readOnly", "disabled"]);
 const HTTP_FIELDS = new Set(["type", "url", "headers", "tools", "readOnly", "disabled"]);
-const TOP_FIELDS = new Set(["mcpServers", "readOnly"]);
+const TOP_FIELDS = new Set(["mcpServers", "servers", "inputs", "readOnly"]);
+/** The largest `envFile` read. */
+const MAX_ENV_FILE_BYTES = 1024 * 1024;
 const HTTP_TYPES = new Set(["http", "streamable-http", "streamableHttp"]);
 const EXAMPLE =
   '{ "mcpServers": { "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."] } } }';
@@ -103,7 +118,9 @@ export async function loadMcpConfig(path: string, options: ParseMcpConfigOptions
   } catch (error) {
     throw new McpConfigError(`config file ${path} is not valid JSON: ${(error as Error).message}`);
   }
-  return parseMcpConfig(value, { source: path, ...options });
+  const dir = dirname(resolve(path));
+  const baseDir = basename(dir) === ".vscode" ? dirname(dir) : dir;
+  return parseMcpConfig(value, { source: path, baseDir, ...options });
 }
 
 /**
@@ -129,23 +146,38 @@ export function parseMcpConfig(value: unknown, options: ParseMcpConfigOptions = 
     throw new McpConfigError(`${source} must be a JSON object like ${EXAMPLE}, got ${describe(value)}`);
   const warnings: string[] = [];
   for (const key of Object.keys(value)) {
-    if (key === "mcpServers" || key === "readOnly") continue;
+    if (TOP_FIELDS.has(key)) continue;
     refuseNearMiss(key, TOP_FIELDS, source);
     warnings.push(`${source}: unknown top-level field "${key}" ignored`);
   }
-  const servers = value.mcpServers;
-  if (servers === undefined) {
-    throw new McpConfigError(`${source} has no "mcpServers" field; write it like ${EXAMPLE}`, { field: "mcpServers" });
-  }
-  if (!isRecord(servers)) {
-    throw new McpConfigError(`${source}: "mcpServers" must be an object of servers by name, got ${describe(servers)}`, {
+  if (value.mcpServers === undefined && value.servers === undefined) {
+    throw new McpConfigError(`${source} has no "mcpServers" (or VS Code's "servers") field; write it like ${EXAMPLE}`, {
       field: "mcpServers",
     });
   }
+  const entries: [string, unknown][] = [];
+  for (const field of ["mcpServers", "servers"] as const) {
+    const servers = value[field];
+    if (servers === undefined) continue;
+    if (!isRecord(servers)) {
+      throw new McpConfigError(`${source}: "${field}" must be an object of servers by name, got ${describe(servers)}`, {
+        field,
+      });
+    }
+    for (const [name, entry] of Object.entries(servers)) {
+      if (entries.some(([other]) => other === name)) {
+        throw new McpConfigError(`${source}: server ${JSON.stringify(name)} is in both "mcpServers" and "servers"`, {
+          server: name,
+        });
+      }
+      entries.push([name, entry]);
+    }
+  }
+  const baseDir = options.baseDir ?? process.cwd();
   const globalReadOnly = readBoolean(value.readOnly, source, undefined, "readOnly") ?? false;
   const specs: McpServerSpec[] = [];
   const prefixes = new Map<string, string>();
-  for (const [name, entry] of Object.entries(servers)) {
+  for (const [name, entry] of entries) {
     const where = `${source}: server ${JSON.stringify(name)}`;
     if (name.trim() === "") throw new McpConfigError(`${source}: a server has an empty name`, { server: name });
     if (!isRecord(entry)) {
@@ -157,7 +189,7 @@ export function parseMcpConfig(value: unknown, options: ParseMcpConfigOptions = 
       warnings.push(`${where} is disabled and left out`);
       continue;
     }
-    const spec = parseServer(name, entry, where, env, warnings);
+    const spec = parseServer(name, entry, where, env, warnings, baseDir);
     if (globalReadOnly || options.readOnly === true) spec.readOnly = true;
     const other = prefixes.get(spec.prefix);
     if (other !== undefined) {
@@ -179,6 +211,7 @@ function parseServer(
   where: string,
   env: Readonly<Record<string, string | undefined>>,
   warnings: string[],
+  baseDir: string,
 ): McpServerSpec {
   const fail = (field: string, message: string): never => {
     throw new McpConfigError(`${where}: ${message}`, { server: name, field });
@@ -206,10 +239,14 @@ function parseServer(
     warnings.push(`${where}: unknown field "${key}" ignored`);
   }
   const expand = (field: string, text: string) =>
-    expandVariables(text, env, (variable) =>
+    expandVariables(text, env, baseDir, (variable, problem) =>
       fail(
         field,
-        `"${field}" uses \${${variable}}, which is not set in the environment (write \${${variable}:-default} for a default)`,
+        problem === "input"
+          ? `"${field}" uses \${${variable}}, an input VS Code prompts for; Airlock does not prompt: set an environment variable and write \${env:NAME}`
+          : problem === "unknown"
+            ? `"${field}" uses \${${variable}}, which Airlock does not know (it expands \${NAME}, \${env:NAME}, \${userHome} and \${workspaceFolder})`
+            : `"${field}" uses \${${variable}}, which is not set in the environment (write \${${variable}:-default} for a default)`,
       ),
     );
   const base = {
@@ -232,13 +269,20 @@ function parseServer(
     if (cwd !== undefined && (typeof cwd !== "string" || cwd === "")) {
       fail("cwd", `"cwd" must be a non-empty string, got ${describe(cwd)}`);
     }
+    const envFile = entry.envFile;
+    if (envFile !== undefined && (typeof envFile !== "string" || envFile === "")) {
+      fail("envFile", `"envFile" must be a non-empty string, got ${describe(envFile)}`);
+    }
+    const fromFile =
+      envFile === undefined ? {} : readEnvFile(resolve(baseDir, expand("envFile", envFile as string)), fail);
+    const expandedCwd = cwd === undefined ? undefined : expand("cwd", cwd as string);
     return {
       ...base,
       transport: "stdio",
       command: expand("command", command as string),
       args: (args as string[]).map((arg, i) => expand(`args[${i}]`, arg)),
-      env: stringMap(entry.env, "env", fail, expand),
-      cwd: cwd === undefined ? undefined : expand("cwd", cwd as string),
+      env: { ...fromFile, ...stringMap(entry.env, "env", fail, expand) },
+      cwd: expandedCwd === undefined || isAbsolute(expandedCwd) ? expandedCwd : resolve(baseDir, expandedCwd),
     };
   }
   const rawUrl = entry.url;
@@ -294,19 +338,68 @@ function readBoolean(value: unknown, where: string, server: string | undefined, 
   });
 }
 
-/** `${NAME}` and `${NAME:-default}` from `env`; `$${` stays a literal `${`. */
+/**
+ * `${NAME}`, `${NAME:-default}` and `${env:NAME}` from `env`, `${userHome}` and `${workspaceFolder}`; `$${` stays a
+ * literal `${`. VS Code's `${input:id}` and other names are refused through `problem`.
+ */
 function expandVariables(
   text: string,
   env: Readonly<Record<string, string | undefined>>,
-  missing: (name: string) => never,
+  baseDir: string,
+  problem: (name: string, why: "unset" | "input" | "unknown") => never,
 ): string {
-  return text.replace(/\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (match, dollar, name, fallback) => {
-    if (dollar === "$") return match.slice(1);
-    const value = env[name];
-    if (value !== undefined && value !== "") return value;
-    if (fallback !== undefined) return fallback;
-    return missing(name);
+  return text.replace(
+    /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*(?::[^}:-][^}:]*)?)(?::-([^}]*))?\}/g,
+    (match, dollar, name, fallback) => {
+      if (dollar === "$") return match.slice(1);
+      if (name === "userHome") return homedir();
+      if (name === "workspaceFolder") return baseDir;
+      const colon = name.indexOf(":");
+      if (colon !== -1) {
+        const scheme = name.slice(0, colon);
+        if (scheme === "input") return problem(name, "input");
+        if (scheme !== "env") return problem(name, "unknown");
+      }
+      const variable = colon === -1 ? name : name.slice(colon + 1);
+      const value = env[variable];
+      if (value !== undefined && value !== "") return value;
+      if (fallback !== undefined) return fallback;
+      return problem(name, "unset");
+    },
+  );
+}
+
+/** A dotenv file: `NAME=value` lines (optionally `export NAME=value`), `#` comments, values optionally quoted. */
+function readEnvFile(path: string, fail: (field: string, message: string) => never): Record<string, string> {
+  let text: string;
+  try {
+    const bytes = readFileSync(path);
+    if (bytes.length > MAX_ENV_FILE_BYTES)
+      fail("envFile", `"envFile" ${path} is larger than ${MAX_ENV_FILE_BYTES} bytes`);
+    text = bytes.toString("utf8");
+  } catch (error) {
+    const { code, message } = error as NodeJS.ErrnoException;
+    return fail(
+      "envFile",
+      code === "ENOENT" ? `"envFile" ${path} does not exist` : `cannot read "envFile" ${path}: ${message}`,
+    );
+  }
+  const out: Record<string, string> = {};
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#")) return;
+    const match = /^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$/.exec(line);
+    if (match === null) fail("envFile", `"envFile" ${path}, line ${i + 1}: not NAME=value`);
+    const [, key, rawValue] = match as RegExpExecArray;
+    let value = rawValue as string;
+    const quote = value[0];
+    if ((quote === '"' || quote === "'") && value.length >= 2 && value.endsWith(quote)) {
+      value = value.slice(1, -1);
+      if (quote === '"') value = value.replace(/\\n/g, "\n").replace(/\\(["\\])/g, "$1");
+    } else value = value.replace(/\s+#.*$/, "");
+    Object.defineProperty(out, key as string, { value, enumerable: true, writable: true, configurable: true });
   });
+  return out;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

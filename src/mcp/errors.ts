@@ -19,12 +19,18 @@ export class McpUpstreamError extends Error {
   readonly server: string;
   /** The last lines the server wrote to stderr (stdio servers only; "" when it wrote nothing). */
   readonly stderrTail: string;
+  /**
+   * What went wrong in Airlock's words, without the command line, URL or stderr the message may hold (they can carry
+   * secrets from the config): what models are told, for example "did not start: command "npx" was not found".
+   */
+  readonly reason: string;
 
-  constructor(server: string, message: string, stderrTail = "", options?: { cause?: unknown }) {
+  constructor(server: string, message: string, stderrTail = "", options?: { cause?: unknown; reason?: string }) {
     const tail = stderrTail.trim();
     super(tail === "" ? message : `${message}\nIts stderr ended with:\n${indent(tail)}`, options);
     this.server = server;
     this.stderrTail = tail;
+    this.reason = options?.reason ?? "failed";
   }
 }
 

@@ -1,40 +1,34 @@
 /**
  * The code-mode MCP gateway: one MCP server with three tools (`search`, `describe`, `execute`) in front of the tools
  * of every upstream server. A client loads three tool definitions instead of every upstream schema, and the model
- * writes one program that calls the upstream tools in the sandbox.
+ * writes one program that calls the upstream tools in the sandbox. The sessions clients talk to are session.ts's.
  */
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import { z } from "zod";
+import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import type { ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import { describeTool } from "../declarations/describe.ts";
-import { renderDeclarations, renderToolIndex, renderToolSignature, searchTools } from "../declarations/index.ts";
+import { renderDeclarations, renderToolSignature, searchTools } from "../declarations/index.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
-import type { CodemodeResult } from "../types.ts";
+import { startTrace, withTraceContext } from "../tracing/index.ts";
+import type { CodemodeProgressEvent, CodemodeResult, CodemodeTool } from "../types.ts";
 import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "./defaults.ts";
+import { catalogSummary, DEFAULT_DECLARATIONS_MAX_TOKENS, executeDescription } from "./description.ts";
+import {
+  DEFAULT_SEARCH_LIMIT,
+  MAX_DESCRIBE_NAMES,
+  MAX_RESOURCE_URI_CHARS,
+  MAX_SEARCH_LIMIT,
+  MAX_SEARCH_QUERY_CHARS,
+  MAX_TOOL_NAME_CHARS,
+} from "./limits.ts";
 import { MCP_TOOL_SEPARATOR } from "./names.ts";
 import { formatRunResult, type McpToolResult } from "./output.ts";
+import { createGatewayServer } from "./session.ts";
+import { loadTokenizer } from "./tokens.ts";
 import { CONNECT_KEYS, type ConnectMcpServersOptions, type McpTool, McpToolset } from "./toolset.ts";
-
-/**
- * Full declarations up to this many characters (about 2,000 tokens) go into `execute`'s description; a larger catalog
- * gets its compact index there if that fits, else only a count; `describe` gives any tool's declaration on demand.
- * Declarations carry result types, which a plain tool listing leaves out, so past about a dozen tools the index
- * costs the client less (see bench/tokens-gateway.mjs).
- */
-export const DEFAULT_INLINE_DECLARATIONS_MAX_CHARS = 8_000;
-/** Default and largest number of `search` results. */
-export const DEFAULT_SEARCH_LIMIT = 10;
-export const MAX_SEARCH_LIMIT = 50;
-/** Most tools one `describe` call declares. */
-export const MAX_DESCRIBE_NAMES = 50;
-/**
- * Longest `search` query and `describe` name, in characters. Both are matched against every tool: without a cap, one
- * call could hold the event loop, and every other session, for seconds.
- */
-export const MAX_SEARCH_QUERY_CHARS = 1000;
-export const MAX_TOOL_NAME_CHARS = 500;
+import { UpstreamResources } from "./upstream-resources.ts";
 
 export interface McpGatewayOptions {
   /** Deadline of one execution in ms; a script's `timeout_ms` can only lower it. Default `DEFAULT_GATEWAY_TIMEOUT_MS`. */
@@ -44,16 +38,28 @@ export interface McpGatewayOptions {
   /** Cap on the tokens of text one execution returns; a script's `max_output_tokens` can only lower it. */
   maxOutputTokens?: number;
   /**
-   * Worker threads of the sandbox the gateway creates. Default 1: a run that waits on tools does not hold its thread,
-   * so one thread serves many concurrent runs; only scripts that compute compete for it.
+   * Worker threads of the sandbox the gateway creates. Default: the library's (one per core), so that one client's
+   * computing program does not hold up another's.
    */
   poolSize?: number;
-  /** A sandbox to run in instead of a new worker pool; the upstream tools are registered on it. Not closed by `close()`. */
+  /**
+   * A sandbox to run in instead of a new worker pool; the upstream tools are registered on it. Not closed by
+   * `close()`. Programs get the `search`, `describe` and `resources` functions only in the gateway's own sandbox.
+   */
   sandbox?: CodemodeSandboxBase;
-  /** Budget of `execute`'s description for declarations. Default `DEFAULT_INLINE_DECLARATIONS_MAX_CHARS`. */
-  inlineDeclarationsMaxChars?: number;
+  /**
+   * Budget of `execute`'s description for the tools, in tokens (o200k_base): the full declarations when they fit,
+   * else one-line signatures, else one line per server. Default `DEFAULT_DECLARATIONS_MAX_TOKENS`.
+   */
+  declarationsMaxTokens?: number;
   /** How the gateway introduces itself to clients. Default `{ name: "airlock", version: "0.1.0" }`. */
   serverInfo?: { name: string; version: string };
+  /**
+   * Hand a client's roots to the upstream servers that ask for them (`roots/list`). Default true. The upstream
+   * servers are shared by every session, and roots can widen what a server touches (the filesystem server takes
+   * them as its allowed directories): `airlock serve --http` forwards them only with `--forward-roots`.
+   */
+  forwardRoots?: boolean;
 }
 
 /** What `execute` takes besides the code. */
@@ -61,6 +67,19 @@ export interface GatewayExecuteOptions {
   signal?: AbortSignal;
   /** The session's stored values; writes of a successful run are applied to this object. */
   store?: Record<string, unknown>;
+  /** What the run does while it runs (output items, tool calls), as the sandbox reports it. */
+  onProgress?: (event: CodemodeProgressEvent) => void;
+  /** The request's `_meta`: its `traceparent` (and `tracestate`) make the run's spans part of the caller's trace. */
+  meta?: Record<string, unknown>;
+}
+
+/** One `search` result as programs get it from `search()`. */
+export interface GatewaySearchResult {
+  /** As programs call it: `tools.<name>`. */
+  name: string;
+  server: string;
+  signature: string;
+  summary: string;
 }
 
 const GATEWAY_KEYS = optionKeys<McpGatewayOptions>({
@@ -69,8 +88,9 @@ const GATEWAY_KEYS = optionKeys<McpGatewayOptions>({
   maxOutputTokens: true,
   poolSize: true,
   sandbox: true,
-  inlineDeclarationsMaxChars: true,
+  declarationsMaxTokens: true,
   serverInfo: true,
+  forwardRoots: true,
 });
 
 /** `options` split into those whose key is in `keys` and the rest. */
@@ -87,13 +107,19 @@ export class McpGateway {
   readonly sandbox: CodemodeSandboxBase;
   readonly timeoutMs: number;
   readonly maxOutputTokens: number;
+  readonly declarationsMaxTokens: number;
+  readonly serverInfo: { name: string; version: string };
+  readonly forwardRoots: boolean;
+  /** The upstream servers' resources and prompts, as sessions list and read them. */
+  readonly resources: UpstreamResources;
   private readonly ownsSandbox: boolean;
   private readonly ownsToolset: boolean;
-  private readonly inlineMaxChars: number;
-  private readonly serverInfo: { name: string; version: string };
-  private readonly servers = new Set<{ server: McpServer; update: () => void }>();
+  private readonly sessions = new Set<{ server: Server; changed(what: "tools" | "resources" | "prompts"): void }>();
   private registered: string[] = [];
   private readonly stopListening: () => void;
+  private described: { key: string; text: string } | undefined;
+  /** The description clients were last told of (with tools/list_changed), or that they listed first. */
+  private notified = "";
   private closed = false;
 
   constructor(toolset: McpToolset, options: McpGatewayOptions = {}, ownsToolset = false) {
@@ -101,24 +127,40 @@ export class McpGateway {
     this.toolset = toolset;
     this.ownsToolset = ownsToolset;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_GATEWAY_TIMEOUT_MS;
-    this.maxOutputTokens = options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
-    if (!Number.isInteger(this.maxOutputTokens) || this.maxOutputTokens < 1) {
-      throw new RangeError(`maxOutputTokens must be a positive integer, got ${String(this.maxOutputTokens)}`);
-    }
-    this.inlineMaxChars = options.inlineDeclarationsMaxChars ?? DEFAULT_INLINE_DECLARATIONS_MAX_CHARS;
+    this.maxOutputTokens = positiveInteger(options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS, "maxOutputTokens");
+    this.declarationsMaxTokens = nonNegativeInteger(
+      options.declarationsMaxTokens ?? DEFAULT_DECLARATIONS_MAX_TOKENS,
+      "declarationsMaxTokens",
+    );
     this.serverInfo = options.serverInfo ?? { name: "airlock", version: "0.1.0" };
+    if (options.forwardRoots !== undefined && typeof options.forwardRoots !== "boolean") {
+      throw new TypeError("forwardRoots must be a boolean");
+    }
+    this.forwardRoots = options.forwardRoots ?? true;
+    this.resources = new UpstreamResources(toolset);
     this.ownsSandbox = options.sandbox === undefined;
     this.sandbox =
       options.sandbox ??
       new CodemodeSandbox({
         timeoutMs: this.timeoutMs,
         memoryLimitBytes: options.memoryLimitBytes ?? DEFAULT_MEMORY_LIMIT_BYTES,
-        poolSize: options.poolSize ?? 1,
+        ...(options.poolSize === undefined ? {} : { poolSize: options.poolSize }),
+        globals: this.programGlobals(),
       });
     this.registerTools();
-    this.stopListening = toolset.onChange(() => {
-      this.registerTools();
-      for (const entry of this.servers) entry.update();
+    this.stopListening = toolset.onChange((change) => {
+      if (change === "tools") this.registerTools();
+      // A server's state changes the tool list only through execute's description: each failed retry of a server
+      // that stays down leaves it as it was, and clients are not told.
+      if (change === "status" && this.executeDescription() === this.notified) return;
+      if (change === "tools" || change === "status") this.notified = this.executeDescription();
+      const what = change === "status" ? "tools" : change;
+      for (const session of this.sessions) session.changed(what);
+    });
+    this.notified = this.executeDescription();
+    // The description's budget is counted in real tokens once the tokenizer is there (bytes until then).
+    void loadTokenizer().then(() => {
+      this.described = undefined;
     });
   }
 
@@ -126,7 +168,7 @@ export class McpGateway {
   static async start(config: unknown, options: McpGatewayOptions & ConnectMcpServersOptions = {}): Promise<McpGateway> {
     refuseUnknownOptions(options, "startMcpGateway", [...GATEWAY_KEYS, ...CONNECT_KEYS]);
     const [gatewayOptions, connectOptions] = split(options, GATEWAY_KEYS);
-    const toolset = await McpToolset.connect(config, connectOptions);
+    const [toolset] = await Promise.all([McpToolset.connect(config, connectOptions), loadTokenizer()]);
     try {
       return new McpGateway(toolset, gatewayOptions, true);
     } catch (error) {
@@ -140,27 +182,40 @@ export class McpGateway {
     return this.toolset.tools;
   }
 
-  /** `search`: ranked matches with their one-line summaries and signatures, as text. */
-  search(query: string, limit = DEFAULT_SEARCH_LIMIT): string {
+  /** Ranked matches with their signatures and one-line summaries. */
+  searchResults(query: string, limit = DEFAULT_SEARCH_LIMIT): GatewaySearchResult[] {
+    if (typeof query !== "string") throw new TypeError("search takes a query string");
     if (query.length > MAX_SEARCH_QUERY_CHARS) throw new RangeError(queryTooLong(query));
+    if (typeof limit !== "number" || !Number.isFinite(limit)) throw new TypeError("the search limit must be a number");
     const tools = this.tools;
-    const results = searchTools(tools, query, { limit: Math.min(Math.max(1, Math.floor(limit)), MAX_SEARCH_LIMIT) });
-    if (results.length === 0) {
-      return `No tool matches ${JSON.stringify(query)}. ${this.catalogSummary()} Try other words, or fewer.`;
-    }
     const byName = new Map(tools.map((tool) => [tool.name, tool]));
-    const lines = results.map((result) => {
+    const found = searchTools(tools, query, { limit: Math.min(Math.max(1, Math.floor(limit)), MAX_SEARCH_LIMIT) });
+    return found.map((result) => {
       const tool = byName.get(result.name) as McpTool;
       const signature = oneLine(renderToolSignature(tool, { descriptions: false, tags: false }));
-      const summary = result.summary === "" ? "" : `\n  ${result.summary}`;
-      return `tools.${result.identifier}${signature}${summary}`;
+      return { name: result.identifier, server: tool.server, signature, summary: result.summary };
     });
+  }
+
+  /** `search`: ranked matches with their one-line summaries and signatures, as text; down servers are named. */
+  search(query: string, limit = DEFAULT_SEARCH_LIMIT): string {
+    const results = this.searchResults(query, limit);
+    const down = this.downNote();
+    if (results.length === 0) {
+      return `No tool matches ${JSON.stringify(query)}. ${catalogSummary(this.toolset)} Try other words, or fewer.${down}`;
+    }
+    const lines = results.map(
+      (result) => `tools.${result.name}${result.signature}${result.summary === "" ? "" : `\n  ${result.summary}`}`,
+    );
     const count = results.length === 1 ? "1 tool matches" : `${results.length} tools match`;
-    return `${count} ${JSON.stringify(query)}, best first (describe gives a tool's full declaration):\n\n${lines.join("\n\n")}`;
+    return `${count} ${JSON.stringify(query)}, best first (describe gives a tool's full declaration):\n\n${lines.join("\n\n")}${down}`;
   }
 
   /** `describe`: the full TypeScript declarations of the named tools. Throws when none of the names is known. */
   describe(names: readonly string[]): string {
+    if (!Array.isArray(names) || names.some((name) => typeof name !== "string")) {
+      throw new TypeError("describe takes tool names (strings)");
+    }
     if (names.length > MAX_DESCRIBE_NAMES) throw new RangeError(tooManyNames(names));
     const long = names.find((name) => name.length > MAX_TOOL_NAME_CHARS);
     if (long !== undefined) throw new RangeError(nameTooLong(long));
@@ -184,10 +239,10 @@ export class McpGateway {
 
   /**
    * `execute`: runs a script (its `// @options:` line honoured within the gateway's limits, TypeScript types
-   * stripped) and gives its output and value, or its error, as MCP content.
+   * stripped) and gives its output and value, or its error, as MCP content with `structuredContent`.
    */
   async execute(code: string, options: GatewayExecuteOptions = {}): Promise<McpToolResult> {
-    refuseUnknownOptions(options, "execute", ["signal", "store"]);
+    refuseUnknownOptions(options, "execute", ["signal", "store", "onProgress", "meta"]);
     let script: string;
     let timeoutMs = this.timeoutMs;
     let maxOutputTokens = this.maxOutputTokens;
@@ -200,15 +255,39 @@ export class McpGateway {
       if (!(error instanceof CodemodeSourceError)) throw error;
       const where =
         error.line === undefined ? "" : `\n    at codemode.js:${error.line}${error.column ? `:${error.column}` : ""}`;
+      const message = `${error.name}: ${error.message}`;
       return {
-        content: [{ type: "text", text: `Error (script): ${error.name}: ${error.message}${where}` }],
+        content: [{ type: "text", text: `Error (script): ${message}${where}` }],
+        structuredContent: {
+          ok: false,
+          output: "",
+          images: 0,
+          truncated: false,
+          calls: { total: 0, failed: 0, cancelled: 0, byTool: {} },
+          error: { kind: "script", name: error.name, message: error.message },
+        },
         isError: true,
       };
     }
-    const result: CodemodeResult = await this.sandbox.execute(script, {
-      timeoutMs,
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(options.store === undefined ? {} : { store: options.store }),
+    const run = () =>
+      this.sandbox.execute(script, {
+        timeoutMs,
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        ...(options.store === undefined ? {} : { store: options.store }),
+        ...(options.onProgress === undefined ? {} : { onProgress: options.onProgress }),
+      });
+    const result: CodemodeResult = await withTraceContext(options.meta, () => {
+      // The MCP request's own span; the sandbox's execution span and its tool calls are its children.
+      const trace = startTrace(
+        "tools/call execute",
+        { "mcp.method.name": "tools/call", "gen_ai.tool.name": "execute", "gen_ai.operation.name": "execute_tool" },
+        "server",
+      );
+      if (trace === undefined) return run();
+      return trace.within(run).then((done) => {
+        trace.end({ ok: done.ok, ...(done.ok ? {} : { error: done.error.kind }) });
+        return done;
+      });
     });
     if (result.ok && options.store !== undefined) {
       for (const key of result.storeWrites.delete) delete options.store[key];
@@ -219,111 +298,67 @@ export class McpGateway {
     return formatRunResult(result, { maxOutputTokens, maxOutputTokensLimit: this.maxOutputTokens });
   }
 
-  /** The description of `execute`: the script environment's rules and, for small catalogs, the declarations. */
+  /** The description of `execute`: the program's rules and the tools, in the form that fits the token budget. */
   executeDescription(): string {
     const tools = this.tools;
-    const servers = this.toolset.upstreams.map((u) => u.name);
-    const limits = `limits here: ${this.timeoutMs} ms, ${this.maxOutputTokens} tokens`;
-    const rules = [
-      `Run a JavaScript program (TypeScript types allowed) in a sandbox whose only way out is the tools of the MCP servers ${servers.map((s) => JSON.stringify(s)).join(", ") || "(none)"}. Do all the steps in one program: intermediate results stay in the sandbox; only what it prints and returns comes back.`,
-      "",
-      "The program is the body of an async function (top-level await and return).",
-      `- tools.<server>${MCP_TOOL_SEPARATOR}<tool>(args: object) calls a tool; characters other than letters, digits, _ and $ in the names become _ (tool "get-sum" of server "math": tools.math${MCP_TOOL_SEPARATOR}get_sum).`,
-      "- A call resolves to the tool's structured result, else its text (JSON-parsed when JSON); several content blocks give an array; images are { type: \"image\", data, mimeType }. Tool errors reject with the server's message. Use Promise.all for independent calls.",
-      "- Print with text(value) or console.log(); show an image with image(img); the return value comes last (JSON unless a string).",
-      "- store(key, value) / load(key) keep JSON values across executions in this session.",
-      "- No fetch, require, import, process, files or timers.",
-      `- Optional first line: // @options: {"timeout_ms": 30000, "max_output_tokens": 4000} (${limits}; longer text is cut).`,
-      "- Failures return the error kind (script, timeout, aborted, sandbox), message and stack (codemode.js:<line>).",
-    ].join("\n");
-    return `${rules}\n\n${this.declarationsBlock(tools)}`;
+    const key = JSON.stringify([tools.map((tool) => tool.name), this.toolset.status()]);
+    if (this.described?.key !== key) {
+      const text = executeDescription({
+        toolset: this.toolset,
+        tools,
+        timeoutMs: this.timeoutMs,
+        maxOutputTokens: this.maxOutputTokens,
+        maxTokens: this.declarationsMaxTokens,
+        programFunctions: this.ownsSandbox,
+      });
+      this.described = { key, text };
+    }
+    return this.described.text;
+  }
+
+  /**
+   * `execute`'s annotations, from the tools it can reach: read-only (and not destructive) only when every tool says
+   * it is read-only; idempotent when every tool is read-only or idempotent; open-world unless every tool says not.
+   */
+  executeAnnotations(): ToolAnnotations {
+    const tools = this.tools;
+    const readOnly = tools.every((tool) => tool.annotations?.readOnlyHint === true);
+    const destructive = tools.some(
+      (tool) => tool.annotations?.readOnlyHint !== true && tool.annotations?.destructiveHint !== false,
+    );
+    const idempotent = tools.every(
+      (tool) => tool.annotations?.readOnlyHint === true || tool.annotations?.idempotentHint === true,
+    );
+    const openWorld = tools.some((tool) => tool.annotations?.openWorldHint !== false);
+    return {
+      title: "Run a program against the tools",
+      readOnlyHint: readOnly,
+      destructiveHint: !readOnly && destructive,
+      idempotentHint: idempotent,
+      openWorldHint: openWorld,
+    };
+  }
+
+  /** The instructions sessions give at initialize. */
+  instructions(): string {
+    return `Airlock code-mode gateway. ${catalogSummary(this.toolset)} Use execute to run one program that calls them; search finds tools by words, describe gives their TypeScript declarations.`;
   }
 
   /** A new MCP server for one client session (stdio, or one Streamable HTTP session). */
-  createServer(): McpServer {
-    const server = new McpServer(this.serverInfo, {
-      capabilities: { tools: { listChanged: true } },
-      instructions: `Airlock code-mode gateway. ${this.catalogSummary()} Use execute to run one program that calls them; search finds tools by words, describe gives their TypeScript declarations.`,
-    });
-    const store: Record<string, unknown> = {};
-    const readOnly = this.tools.every((tool) => tool.annotations?.readOnlyHint === true);
-    server.registerTool(
-      "search",
-      {
-        title: "Search tools",
-        description:
-          "Find tools of the connected MCP servers by words, ranked best first. Returns each match as scripts call it (tools.<name>), its signature and a one-line summary. Use describe for a tool's full declaration and execute to call tools.",
-        inputSchema: {
-          query: z
-            .string()
-            .max(MAX_SEARCH_QUERY_CHARS, `a query has at most ${MAX_SEARCH_QUERY_CHARS} characters`)
-            .describe('Words for what you need, for example "create issue" or "read file"'),
-          limit: z
-            .number()
-            .int()
-            .min(1)
-            .max(MAX_SEARCH_LIMIT)
-            .optional()
-            .describe(`Most results to return (default ${DEFAULT_SEARCH_LIMIT})`),
-        },
-        annotations: { readOnlyHint: true, openWorldHint: false },
-      },
-      async ({ query, limit }) => {
-        try {
-          return text(this.search(query, limit));
-        } catch (error) {
-          return { ...text((error as Error).message), isError: true };
-        }
-      },
-    );
-    server.registerTool(
-      "describe",
-      {
-        title: "Describe tools",
-        description:
-          "The full TypeScript declarations (parameters, result type, documentation) of tools, by their names as scripts call them (tools.<name>).",
-        inputSchema: {
-          names: z
-            .array(z.string().max(MAX_TOOL_NAME_CHARS, `a tool name has at most ${MAX_TOOL_NAME_CHARS} characters`))
-            .min(1)
-            .max(MAX_DESCRIBE_NAMES, `at most ${MAX_DESCRIBE_NAMES} names at once`)
-            .describe('Tool names, for example ["github__create_issue"]'),
-        },
-        annotations: { readOnlyHint: true, openWorldHint: false },
-      },
-      async ({ names }) => {
-        try {
-          return text(this.describe(names));
-        } catch (error) {
-          return { ...text((error as Error).message), isError: true };
-        }
-      },
-    );
-    const execute = server.registerTool(
-      "execute",
-      {
-        title: "Run a program against the tools",
-        description: this.executeDescription(),
-        inputSchema: {
-          code: z.string().describe("The program: the body of an async function, in JavaScript or TypeScript"),
-        },
-        annotations: { readOnlyHint: readOnly, openWorldHint: true },
-      },
-      async ({ code }, extra) => this.execute(code, { signal: extra.signal, store }),
-    );
-    const entry = {
-      server,
-      update: () => {
-        execute.update({ description: this.executeDescription() });
-      },
-    };
-    this.servers.add(entry);
-    const previous = server.server.onclose;
-    server.server.onclose = () => {
-      this.servers.delete(entry);
+  createServer(): Server {
+    const session = createGatewayServer(this);
+    this.sessions.add(session);
+    const previous = session.server.onclose;
+    session.server.onclose = () => {
+      this.sessions.delete(session);
       previous?.();
     };
-    return server;
+    return session.server;
+  }
+
+  /** Open client sessions. */
+  get sessionCount(): number {
+    return this.sessions.size;
   }
 
   /** Closes the sessions, the sandbox (when the gateway created it) and the upstream connections (when it made them). */
@@ -331,7 +366,7 @@ export class McpGateway {
     if (this.closed) return;
     this.closed = true;
     this.stopListening();
-    await Promise.allSettled([...this.servers].map((entry) => entry.server.close()));
+    await Promise.allSettled([...this.sessions].map((session) => session.server.close()));
     if (this.ownsSandbox) await this.sandbox.close();
     else for (const name of this.registered) this.sandbox.unregisterTool(name);
     if (this.ownsToolset) await this.toolset.close();
@@ -344,23 +379,73 @@ export class McpGateway {
     this.registered = tools.map((tool) => tool.name);
   }
 
-  private catalogSummary(): string {
-    const counts = this.toolset.upstreams.map((upstream) => {
-      const n = this.tools.filter((tool) => tool.server === upstream.name).length;
-      return `${upstream.name} (${n})`;
-    });
-    return `${this.tools.length} tools of ${counts.length} MCP server${counts.length === 1 ? "" : "s"}: ${counts.join(", ") || "none"}.`;
+  /** Servers that are down, for the end of a search answer. */
+  private downNote(): string {
+    const down = this.toolset.down;
+    if (down.length === 0) return "";
+    const lines = down.map((status) => `- ${status.server}: ${status.down?.error.reason ?? "down"}`);
+    return `\n\nServers down now (their tools are missing; tried again in the background):\n${lines.join("\n")}`;
   }
 
-  private declarationsBlock(tools: McpTool[]): string {
-    if (tools.length === 0) return "No tools are available.";
-    const full = renderDeclarations({ tools }, { indexThreshold: Number.POSITIVE_INFINITY });
-    if (full.length <= this.inlineMaxChars) return `The tools:\n\`\`\`ts\n${full}\n\`\`\``;
-    const index = renderToolIndex(tools, {
-      hint: "Before calling a tool, get its full declaration (parameters and result type) with the describe tool.",
-    });
-    if (index.length <= this.inlineMaxChars) return `The tools (an index):\n\`\`\`ts\n${index}\n\`\`\``;
-    return `${this.catalogSummary()} Find tools with search and read their declarations with describe before calling them.`;
+  /** The functions programs call besides tools: search and describe, and the upstream servers' resources. */
+  private programGlobals(): CodemodeTool[] {
+    return [
+      {
+        name: "search",
+        spread: true,
+        description: "Finds tools by words, best first (what the search tool returns, as data)",
+        signature:
+          "(query: string, limit?: number): Promise<{ name: string; server: string; signature: string; summary: string }[]>",
+        execute: (args) => {
+          const [query, limit] = args as [unknown, unknown];
+          return this.searchResults(query as string, limit === undefined ? DEFAULT_SEARCH_LIMIT : (limit as number));
+        },
+      },
+      {
+        name: "describe",
+        description: "The full TypeScript declaration of one tool, by its name as programs call it",
+        signature: "(name: string): Promise<string>",
+        execute: (name) => this.describe([name as string]),
+      },
+      {
+        name: "resources.list",
+        description: "The resources of the upstream servers (or of one server)",
+        signature: "(server?: string): Promise<{ server: string; uri: string; name: string; mimeType?: string }[]>",
+        execute: async (server) => {
+          if (server !== undefined && typeof server !== "string")
+            throw new TypeError("resources.list takes a server name");
+          const listed = await this.resources.listResources();
+          return listed
+            .map((resource) => ({
+              server: String(resource._meta?.["dev.airlock/server"] ?? ""),
+              uri: resource.uri,
+              name: resource.name.slice(
+                String(resource._meta?.["dev.airlock/server"] ?? "").length + MCP_TOOL_SEPARATOR.length,
+              ),
+              ...(resource.mimeType === undefined ? {} : { mimeType: resource.mimeType }),
+            }))
+            .filter((resource) => server === undefined || resource.server === server);
+        },
+      },
+      {
+        name: "resources.read",
+        spread: true,
+        description: "Reads one resource of an upstream server: its contents, each with text or a base64 blob",
+        signature:
+          "(server: string, uri: string): Promise<{ uri: string; mimeType?: string; text?: string; blob?: string }[]>",
+        execute: async (args) => {
+          const [server, uri] = args as [unknown, unknown];
+          if (typeof server !== "string" || typeof uri !== "string") {
+            throw new TypeError("resources.read takes a server name and a URI");
+          }
+          if (server.length > MAX_TOOL_NAME_CHARS || uri.length > MAX_RESOURCE_URI_CHARS) {
+            throw new RangeError(`a URI has at most ${MAX_RESOURCE_URI_CHARS} characters`);
+          }
+          const read = await this.resources.readResource(uri, { server });
+          return read.contents;
+        },
+      },
+    ];
   }
 }
 
@@ -383,7 +468,19 @@ function findTool(tools: readonly McpTool[], name: string): McpTool | undefined 
   return loose.length === 1 ? loose[0] : undefined;
 }
 
-function queryTooLong(query: string): string {
+function positiveInteger(value: number, name: string): number {
+  if (!Number.isInteger(value) || value < 1)
+    throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
+  return value;
+}
+
+function nonNegativeInteger(value: number, name: string): number {
+  if (!Number.isInteger(value) || value < 0)
+    throw new RangeError(`${name} must be an integer of at least 0, got ${String(value)}`);
+  return value;
+}
+
+export function queryTooLong(query: string): string {
   return `The query is ${query.length} characters long; a query has at most ${MAX_SEARCH_QUERY_CHARS}. Use a few words.`;
 }
 
@@ -393,10 +490,6 @@ function tooManyNames(names: readonly string[]): string {
 
 function nameTooLong(name: string): string {
   return `A name of ${name.length} characters was given; a tool name has at most ${MAX_TOOL_NAME_CHARS}.`;
-}
-
-function text(value: string): McpToolResult {
-  return { content: [{ type: "text", text: value }] };
 }
 
 function oneLine(signature: string): string {

@@ -4,6 +4,14 @@
  * Upstream tools are named `<server>__<tool>` (see `mcpToolName`): `tools.github__create_issue(args)` in a script.
  */
 export {
+  DEFAULT_OAUTH_ALGORITHMS,
+  MAX_AUTHORIZATION_CHARS,
+  OAUTH_CLOCK_TOLERANCE_S,
+  OAUTH_FETCH_TIMEOUT_MS,
+  type OAuthResourceServerOptions,
+  PROTECTED_RESOURCE_METADATA_PATH,
+} from "./auth.ts";
+export {
   loadMcpConfig,
   type McpConfig,
   type McpHttpServerConfig,
@@ -20,22 +28,28 @@ export {
   DEFAULT_MAX_OUTPUT_TOKENS,
   DEFAULT_SESSION_IDLE_MS,
 } from "./defaults.ts";
+export { DEFAULT_DECLARATIONS_MAX_TOKENS, type DeclarationsForm } from "./description.ts";
 export { McpConfigError, McpToolCollisionError, McpUpstreamError } from "./errors.ts";
 export {
-  DEFAULT_INLINE_DECLARATIONS_MAX_CHARS,
-  DEFAULT_SEARCH_LIMIT,
   type GatewayExecuteOptions,
-  MAX_DESCRIBE_NAMES,
-  MAX_SEARCH_LIMIT,
-  MAX_SEARCH_QUERY_CHARS,
-  MAX_TOOL_NAME_CHARS,
+  type GatewaySearchResult,
   McpGateway,
   type McpGatewayOptions,
   startMcpGateway,
 } from "./gateway.ts";
+export {
+  DEFAULT_SEARCH_LIMIT,
+  MAX_DESCRIBE_NAMES,
+  MAX_RESOURCE_URI_CHARS,
+  MAX_SEARCH_LIMIT,
+  MAX_SEARCH_QUERY_CHARS,
+  MAX_TOOL_NAME_CHARS,
+} from "./limits.ts";
 export { MCP_TOOL_SEPARATOR, mcpToolName } from "./names.ts";
 export {
   EMPTY_RUN_TEXT,
+  EXECUTE_OUTPUT_SCHEMA,
+  type ExecuteStructuredResult,
   formatRunError,
   formatRunResult,
   type McpContentBlock,
@@ -52,18 +66,38 @@ export {
   serveGatewayHttp,
   serveGatewayStdio,
 } from "./serve.ts";
+export { MAX_LOG_MESSAGES_PER_RUN, PROGRESS_HEARTBEAT_MS, PROGRESS_MIN_INTERVAL_MS } from "./session.ts";
 export { MAX_STDIO_LINE_BYTES } from "./stdio.ts";
-export { countTokens, cutToTokens, OUTPUT_TOKEN_ENCODING, OUTPUT_TOKEN_FALLBACK, tokenUnit } from "./tokens.ts";
-export { type ConnectMcpServersOptions, connectMcpServers, type McpTool, McpToolset } from "./toolset.ts";
+export {
+  countTokens,
+  cutToTokens,
+  loadTokenizer,
+  OUTPUT_TOKEN_ENCODING,
+  OUTPUT_TOKEN_FALLBACK,
+  tokenUnit,
+} from "./tokens.ts";
+export {
+  type ConnectMcpServersOptions,
+  connectMcpServers,
+  type McpServerStatus,
+  type McpTool,
+  McpToolset,
+  type McpToolsetChange,
+} from "./toolset.ts";
 export {
   DEFAULT_CALL_TIMEOUT_MS,
   DEFAULT_CONNECT_TIMEOUT_MS,
+  HTTP_PROBE_TIMEOUT_MS,
   HTTP_TERMINATE_TIMEOUT_MS,
   MAX_TOOL_LIST_PAGES,
   type McpCallOptions,
   McpUpstream,
+  type McpUpstreamDown,
   type McpUpstreamOptions,
   STDERR_TAIL_CHARS,
   STDERR_TAIL_LINES,
   STDIO_EXIT_GRACE_MS,
+  UPSTREAM_RETRY_INITIAL_MS,
+  UPSTREAM_RETRY_MAX_MS,
 } from "./upstream.ts";
+export { RESOURCE_NOT_FOUND, UpstreamResources } from "./upstream-resources.ts";

@@ -9,8 +9,60 @@ export type McpContentBlock = McpTextBlock | McpImageBlock;
 export interface McpToolResult {
   [key: string]: unknown;
   content: McpContentBlock[];
+  structuredContent?: ExecuteStructuredResult;
   isError?: boolean;
 }
+
+/** The `structuredContent` of an `execute` result; `EXECUTE_OUTPUT_SCHEMA` is its schema. */
+export interface ExecuteStructuredResult {
+  [key: string]: unknown;
+  ok: boolean;
+  /** The program's return value; absent when it returned nothing, failed, or its text was cut. */
+  value?: unknown;
+  /** What the program printed (text and console lines, joined by newlines), cut with the rest of the text. */
+  output: string;
+  /** How many images it showed (they are image blocks of the content). */
+  images: number;
+  /** True when text was cut to the token limit. */
+  truncated: boolean;
+  calls: { total: number; failed: number; cancelled: number; byTool: Record<string, number> };
+  /** Why the run failed. */
+  error?: { kind: string; name?: string; message: string };
+}
+
+/** The `outputSchema` of `execute`. */
+export const EXECUTE_OUTPUT_SCHEMA = {
+  type: "object",
+  properties: {
+    ok: { type: "boolean", description: "Whether the program succeeded" },
+    value: { description: "The program's return value (JSON); absent when it returned nothing, failed, or was cut" },
+    output: { type: "string", description: "What the program printed, cut with the rest of the text" },
+    images: { type: "integer", minimum: 0, description: "Images the program showed (image blocks of the content)" },
+    truncated: { type: "boolean", description: "Text was cut to the token limit" },
+    calls: {
+      type: "object",
+      description: "The tool calls the program made",
+      properties: {
+        total: { type: "integer", minimum: 0 },
+        failed: { type: "integer", minimum: 0 },
+        cancelled: { type: "integer", minimum: 0 },
+        byTool: { type: "object", additionalProperties: { type: "integer", minimum: 0 } },
+      },
+      required: ["total", "failed", "cancelled", "byTool"],
+    },
+    error: {
+      type: "object",
+      description: "Why the run failed",
+      properties: {
+        kind: { type: "string", enum: ["script", "timeout", "aborted", "sandbox"] },
+        name: { type: "string" },
+        message: { type: "string" },
+      },
+      required: ["kind", "message"],
+    },
+  },
+  required: ["ok", "output", "images", "truncated", "calls"],
+} as const;
 
 /** Names of failed tool calls listed under a run's error. */
 export const MAX_FAILED_CALLS_SHOWN = 10;
@@ -54,7 +106,48 @@ export async function formatRunResult(result: CodemodeResult, options: FormatOpt
     if (blocks.length === 0) blocks.push({ type: "text", text: EMPTY_RUN_TEXT });
   }
   const content = await cutBlocks(blocks, options);
-  return result.ok ? { content } : { content, isError: true };
+  const structuredContent = await structured(result, options.maxOutputTokens);
+  return result.ok ? { content, structuredContent } : { content, structuredContent, isError: true };
+}
+
+/**
+ * The run as `structuredContent`: its printed text and value within the same token budget as the content (the text
+ * first; a value whose text does not fit whole is left out), the calls counted, the error when it failed.
+ */
+async function structured(result: CodemodeResult, maxOutputTokens: number): Promise<ExecuteStructuredResult> {
+  const printed = result.output
+    .filter((item): item is Extract<CodemodeOutputItem, { type: "text" }> => item.type === "text")
+    .map((item) => item.text)
+    .join("\n");
+  const valueText = result.ok ? (formatValue(result.value) ?? "") : "";
+  const { texts, cut } = await cutToTokens([printed, valueText], maxOutputTokens);
+  const byTool: Record<string, number> = {};
+  for (const call of result.calls) {
+    Object.defineProperty(byTool, call.name, {
+      value: (Object.hasOwn(byTool, call.name) ? (byTool[call.name] as number) : 0) + 1,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  const out: ExecuteStructuredResult = {
+    ok: result.ok,
+    output: texts[0] as string,
+    images: result.output.filter((item) => item.type === "image").length,
+    truncated: cut,
+    calls: {
+      total: result.calls.length,
+      failed: result.calls.filter((call) => call.status === "error").length,
+      cancelled: result.calls.filter((call) => call.status === "cancelled").length,
+      byTool,
+    },
+  };
+  if (result.ok && result.value !== undefined && texts[1] === valueText) out.value = result.value;
+  if (!result.ok) {
+    const { kind, name, message } = result.error;
+    out.error = { kind, ...(name === undefined ? {} : { name }), message };
+  }
+  return out;
 }
 
 /** An error for the model: kind, name and message on the first line, then the script's stack frames. */

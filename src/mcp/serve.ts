@@ -1,11 +1,20 @@
 /** Serving a gateway to MCP clients: over stdio (one client), or Streamable HTTP (a session per client). */
-import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { hostname, networkInterfaces } from "node:os";
 import type { Readable, Writable } from "node:stream";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
+import {
+  type Authenticator,
+  OAUTH_KEYS,
+  type OAuthResourceServerOptions,
+  oauthAuthenticator,
+  PROTECTED_RESOURCE_METADATA_PATH,
+  sharedTokenAuthenticator,
+} from "./auth.ts";
 import { DEFAULT_HTTP_HOST, DEFAULT_SESSION_IDLE_MS } from "./defaults.ts";
 import type { McpGateway } from "./gateway.ts";
 import { GatewayStdioTransport, MAX_STDIO_LINE_BYTES } from "./stdio.ts";
@@ -69,37 +78,50 @@ export interface ServeHttpOptions {
   /** Default `DEFAULT_HTTP_PATH` (/mcp). */
   path?: string;
   /**
+   * The URL clients reach the endpoint at, when that is not `http://<host>:<port><path>` (behind a proxy, or a name
+   * for a wildcard address): the resource identifier of the metadata, the default OAuth audience, and an allowed host.
+   */
+  publicUrl?: string;
+  /**
    * Host names the `Host` header (and an `Origin` header, when a browser sends one) may carry: protection against
-   * DNS rebinding and other web pages. Default: when bound to a loopback address, `localhost`, `127.0.0.1` and
-   * `[::1]`; otherwise any.
+   * DNS rebinding and other web pages, on whatever address the server is bound to. Default: `localhost`,
+   * `127.0.0.1`, `[::1]`, the bound address (for a wildcard address, every address of this machine and its host name)
+   * and the host of `publicUrl`. Given, these names are allowed besides the loopback ones.
    */
   allowedHosts?: string[];
   /**
-   * A session with no request in progress for this long is closed (a client that went away without DELETE would
-   * otherwise keep its server forever); its client gets 404 and initializes again. Default
+   * A session with no request in progress for this long is closed, with its store (a client that went away without
+   * DELETE would otherwise keep its server forever); its client gets 404 and initializes again. Default
    * `DEFAULT_SESSION_IDLE_MS` (30 minutes); `Infinity` keeps sessions until DELETE.
    */
   sessionIdleMs?: number;
   /**
    * When set, every request must carry `Authorization: Bearer <token>`; others get 401. Anyone who can reach the
-   * endpoint can otherwise run programs against the upstream tools: set one whenever it is reachable from elsewhere.
+   * endpoint can otherwise run programs against the upstream tools: set one (or `oauth`) whenever it is reachable
+   * from elsewhere.
    */
   bearerToken?: string;
+  /** OAuth 2.1 resource-server mode: every request carries an access token of this authorization server. */
+  oauth?: OAuthResourceServerOptions;
 }
 
 const HTTP_KEYS = optionKeys<ServeHttpOptions>({
   port: true,
   host: true,
   path: true,
+  publicUrl: true,
   allowedHosts: true,
   sessionIdleMs: true,
   bearerToken: true,
+  oauth: true,
 });
 
 export interface HttpServing {
   /** The endpoint, for example `http://127.0.0.1:3000/mcp`. */
   readonly url: string;
   readonly port: number;
+  /** Where the protected-resource metadata is (also served when no token is required). */
+  readonly metadataUrl: string;
   /** Open client sessions. */
   readonly sessions: number;
   /** Ends every session and stops listening (the gateway itself is not closed). */
@@ -112,6 +134,8 @@ interface Session {
   /** Requests in progress (an open GET stream counts), and when the last one began or ended. */
   active: number;
   lastActive: number;
+  /** Who opened it: requests of another principal do not find it. */
+  principal: string | undefined;
 }
 
 /** Serves the gateway over Streamable HTTP: each client that initializes gets its own session and MCP server. */
@@ -120,7 +144,6 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   refuseUnknownOptions(options, "serveGatewayHttp", HTTP_KEYS);
   const host = options.host ?? DEFAULT_HTTP_HOST;
   const path = options.path ?? DEFAULT_HTTP_PATH;
-  const allowedHosts = options.allowedHosts ?? (isLoopback(host) ? ["localhost", "127.0.0.1", "[::1]"] : null);
   const idleMs = options.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
   if (typeof idleMs !== "number" || !(idleMs > 0)) {
     throw new RangeError(`sessionIdleMs must be a positive number of ms (or Infinity), got ${String(idleMs)}`);
@@ -129,8 +152,53 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   if (token !== undefined && (typeof token !== "string" || !/^[\x21-\x7e]+$/.test(token))) {
     throw new TypeError("bearerToken must be a non-empty string of printable ASCII without spaces");
   }
-  // Compared as digests, in constant time: the comparison tells nothing about the token's length or prefix.
-  const tokenDigest = token === undefined ? undefined : sha256(token);
+  if (token !== undefined && options.oauth !== undefined) {
+    throw new TypeError("give bearerToken or oauth, not both");
+  }
+  if (options.oauth !== undefined && (options.oauth === null || typeof options.oauth !== "object")) {
+    throw new TypeError("oauth must be an object with the authorization server's issuer");
+  }
+  if (options.oauth !== undefined) refuseUnknownOptions(options.oauth, "oauth", OAUTH_KEYS);
+  const publicUrl = options.publicUrl === undefined ? undefined : parsePublicUrl(options.publicUrl);
+  const extraHosts = options.allowedHosts;
+  if (
+    extraHosts !== undefined &&
+    (!Array.isArray(extraHosts) || extraHosts.some((h) => typeof h !== "string" || h === ""))
+  ) {
+    throw new TypeError("allowedHosts must be an array of host names");
+  }
+
+  const http: Server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      if (!res.headersSent) reply(res, 500, `Internal error: ${(error as Error)?.message ?? String(error)}`, -32603);
+      else res.end();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", reject);
+    http.listen(options.port, host, () => {
+      http.off("error", reject);
+      resolve();
+    });
+  });
+  const port = (http.address() as AddressInfo).port;
+  const shownHost = host.includes(":") ? `[${host}]` : host;
+  const url = `http://${shownHost}:${port}${path}`;
+  const resource = publicUrl?.href ?? url;
+  const metadataUrl = new URL(`${PROTECTED_RESOURCE_METADATA_PATH}${new URL(resource).pathname}`, resource).href;
+  const allowedHosts = new Set([
+    ...defaultAllowedHosts(host, publicUrl),
+    ...(extraHosts ?? []).map((h) => h.toLowerCase()),
+  ]);
+  let auth: Authenticator | undefined;
+  try {
+    if (token !== undefined) auth = sharedTokenAuthenticator(token, resource, metadataUrl);
+    else if (options.oauth !== undefined) auth = await oauthAuthenticator(options.oauth, resource, metadataUrl);
+  } catch (error) {
+    await new Promise((done) => http.close(done));
+    throw error;
+  }
+
   const sessions = new Map<string, Session>();
   /** Hands a request to its session's transport, which counts as activity until the response ends. */
   const serve = (session: Session, req: IncomingMessage, res: ServerResponse, body?: unknown) => {
@@ -155,7 +223,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     : undefined;
   sweeper?.unref();
 
-  const openSession = async (): Promise<Session> => {
+  const openSession = async (principal: string | undefined): Promise<Session> => {
     const server = gateway.createServer();
     let session: Session | undefined;
     const transport = new StreamableHTTPServerTransport({
@@ -168,6 +236,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       transport,
       active: 0,
       lastActive: performance.now(),
+      principal,
       close: async () => {
         const id = transport.sessionId;
         if (id !== undefined) sessions.delete(id);
@@ -182,25 +251,43 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     return session;
   };
 
-  const handle = async (req: IncomingMessage, res: ServerResponse) => {
-    const url = new URL(req.url ?? "/", "http://localhost");
-    if (allowedHosts !== null && !allowedHosts.includes(hostName(req.headers.host))) {
+  async function handle(req: IncomingMessage, res: ServerResponse) {
+    const requestUrl = new URL(req.url ?? "/", "http://localhost");
+    if (!allowedHosts.has(hostName(req.headers.host))) {
       return reply(res, 403, `Host ${JSON.stringify(req.headers.host ?? "")} is not allowed`);
     }
-    // A web page on another site may not drive a local gateway from the user's browser.
+    // A web page on another site may not drive the gateway from the user's browser.
     const origin = header(req, "origin");
-    if (allowedHosts !== null && origin !== undefined && !allowedHosts.includes(originHost(origin))) {
+    if (origin !== undefined && !allowedHosts.has(originHost(origin))) {
       return reply(res, 403, `Origin ${JSON.stringify(origin)} is not allowed`);
     }
-    if (tokenDigest !== undefined) {
-      const given = /^Bearer (\S+)$/i.exec(header(req, "authorization") ?? "")?.[1];
-      if (given === undefined || !timingSafeEqual(sha256(given), tokenDigest)) {
-        res.setHeader("www-authenticate", 'Bearer realm="airlock"');
-        return reply(res, 401, "Unauthorized: send Authorization: Bearer <token>");
+    if (requestUrl.pathname.startsWith(PROTECTED_RESOURCE_METADATA_PATH) && auth !== undefined) {
+      if (req.method !== "GET" && req.method !== "HEAD") {
+        res.setHeader("Allow", "GET, HEAD");
+        return reply(res, 405, `Method ${req.method} is not allowed`);
       }
+      const known = [PROTECTED_RESOURCE_METADATA_PATH, new URL(metadataUrl).pathname];
+      if (!known.includes(requestUrl.pathname)) return reply(res, 404, "Not found");
+      res.writeHead(200, { "content-type": "application/json", "cache-control": "max-age=3600" });
+      res.end(JSON.stringify(auth.metadata()));
+      return;
     }
-    if (url.pathname !== path) return reply(res, 404, `Not found: the MCP endpoint is ${path}`);
+    let principal: string | undefined;
+    if (auth !== undefined) {
+      const checked = await auth.check(header(req, "authorization"));
+      if (!checked.ok) {
+        res.setHeader("www-authenticate", checked.challenge);
+        return reply(res, checked.status, checked.message);
+      }
+      principal = checked.principal.id;
+    }
+    if (requestUrl.pathname !== path) return reply(res, 404, `Not found: the MCP endpoint is ${path}`);
     const sessionId = header(req, "mcp-session-id");
+    // A session answers only the principal that opened it: another token does not find it.
+    const find = (id: string) => {
+      const session = sessions.get(id);
+      return session !== undefined && session.principal === principal ? session : undefined;
+    };
     if (req.method === "POST") {
       let body: unknown;
       try {
@@ -209,14 +296,14 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
         return reply(res, 400, `The request body is not JSON: ${(error as Error).message}`, -32700);
       }
       if (sessionId !== undefined) {
-        const session = sessions.get(sessionId);
+        const session = find(sessionId);
         if (session === undefined) return reply(res, 404, "Session not found: initialize a new session", -32001);
         return serve(session, req, res, body);
       }
       if (!isInitializeRequest(body)) {
         return reply(res, 400, "No session: the first request must be initialize (without an Mcp-Session-Id)");
       }
-      const session = await openSession();
+      const session = await openSession(principal);
       await serve(session, req, res, body);
       // An initialize that failed leaves no session behind.
       if (session.transport.sessionId === undefined) await session.close();
@@ -224,7 +311,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     }
     if (req.method === "GET" || req.method === "DELETE") {
       if (sessionId === undefined) return reply(res, 400, "Missing Mcp-Session-Id header");
-      const session = sessions.get(sessionId);
+      const session = find(sessionId);
       if (session === undefined) return reply(res, 404, "Session not found", -32001);
       await serve(session, req, res);
       if (req.method === "DELETE") await session.close();
@@ -232,27 +319,13 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     }
     res.setHeader("Allow", "GET, POST, DELETE");
     return reply(res, 405, `Method ${req.method} is not allowed`);
-  };
+  }
 
-  const http: Server = createServer((req, res) => {
-    handle(req, res).catch((error: unknown) => {
-      if (!res.headersSent) reply(res, 500, `Internal error: ${(error as Error)?.message ?? String(error)}`, -32603);
-      else res.end();
-    });
-  });
-  await new Promise<void>((resolve, reject) => {
-    http.once("error", reject);
-    http.listen(options.port, host, () => {
-      http.off("error", reject);
-      resolve();
-    });
-  });
-  const port = (http.address() as AddressInfo).port;
-  const shownHost = host.includes(":") ? `[${host}]` : host;
   let closing: Promise<void> | undefined;
   return {
-    url: `http://${shownHost}:${port}${path}`,
+    url,
     port,
+    metadataUrl,
     get sessions() {
       return sessions.size;
     },
@@ -270,8 +343,36 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   };
 }
 
-function sha256(text: string): Buffer {
-  return createHash("sha256").update(text).digest();
+/**
+ * The host names a request may name: the loopback names, the bound address (every address and the host name of this
+ * machine for a wildcard address), and the public URL's host.
+ */
+function defaultAllowedHosts(host: string, publicUrl: URL | undefined): string[] {
+  const names = new Set(["localhost", "127.0.0.1", "[::1]"]);
+  if (publicUrl !== undefined) names.add(publicUrl.hostname.toLowerCase());
+  if (host === "0.0.0.0" || host === "::" || host === "") {
+    names.add(hostname().toLowerCase());
+    for (const addresses of Object.values(networkInterfaces())) {
+      for (const address of addresses ?? []) {
+        if (address.family === "IPv4") names.add(address.address);
+        else if (!address.address.includes("%")) names.add(`[${address.address.toLowerCase()}]`);
+      }
+    }
+  } else names.add(hostName(host.includes(":") && !host.startsWith("[") ? `[${host}]` : host));
+  return [...names];
+}
+
+function parsePublicUrl(value: unknown): URL {
+  if (typeof value !== "string") throw new TypeError("publicUrl must be a URL");
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new TypeError(`publicUrl is not a valid URL: ${JSON.stringify(value)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError("publicUrl must be an http(s) URL");
+  if (url.search !== "" || url.hash !== "") throw new TypeError("publicUrl may not have a query or a fragment");
+  return url;
 }
 
 function reply(res: ServerResponse, status: number, message: string, code = -32000): void {
@@ -299,10 +400,6 @@ function originHost(origin: string): string {
   } catch {
     return "";
   }
-}
-
-function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || host.startsWith("127.");
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {

@@ -17,6 +17,8 @@ interface Encoder {
 }
 
 let encoder: Promise<Encoder> | undefined;
+/** The encoder once it is loaded, for counts that cannot wait (`countTokensNow`). */
+let loaded: Encoder | undefined;
 
 function loadEncoder(): Promise<Encoder> {
   encoder ??= (async () => {
@@ -25,12 +27,27 @@ function loadEncoder(): Promise<Encoder> {
         import("js-tiktoken/lite"),
         import("js-tiktoken/ranks/o200k_base"),
       ]);
-      return new Tiktoken(ranks.default) as Encoder;
+      loaded = new Tiktoken(ranks.default) as Encoder;
     } catch {
-      return BYTES;
+      loaded = BYTES;
     }
+    return loaded;
   })();
   return encoder;
+}
+
+/** Loads the tokenizer now (it takes about a second), so that `countTokensNow` counts real tokens. */
+export async function loadTokenizer(): Promise<void> {
+  await loadEncoder();
+}
+
+/**
+ * Tokens of `text` if the tokenizer is loaded, else its UTF-8 bytes: a text never has more tokens than bytes, so a
+ * budget checked with this count before the tokenizer is there still holds.
+ */
+export function countTokensNow(text: string): number {
+  if (loaded === undefined || loaded === BYTES) return Buffer.byteLength(text, "utf8");
+  return loaded.encode(text, [], []).length;
 }
 
 /** Counts UTF-8 bytes as tokens: one "token" per byte. */

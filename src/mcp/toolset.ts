@@ -1,15 +1,16 @@
 /**
  * Upstream MCP servers as sandbox tools: every server of a config connected, its tools listed (all pages), filtered
- * by the server's allow-list and read-only mode, and named `<server>__<tool>` (see `names.ts`).
+ * by the server's allow-list and read-only mode, and named `<server>__<tool>` (see `names.ts`). A server that does not
+ * start, or dies for good, fails alone: the others serve on, and it is tried again in the background.
  */
-import type { Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { Root, Tool } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { CodemodeTool, CodemodeToolContext } from "../types.ts";
 import { type McpServerSpec, type ParsedMcpConfig, parseMcpConfig } from "./config.ts";
 import { McpToolCollisionError } from "./errors.ts";
 import { mcpToolName } from "./names.ts";
 import { callResultErrorMessage, callResultToValue } from "./result.ts";
-import { McpUpstream, type McpUpstreamOptions, UPSTREAM_KEYS } from "./upstream.ts";
+import { McpUpstream, type McpUpstreamDown, type McpUpstreamOptions, UPSTREAM_KEYS } from "./upstream.ts";
 
 /** A sandbox tool backed by a tool of an upstream server. */
 export interface McpTool extends CodemodeTool {
@@ -27,68 +28,95 @@ export interface McpTool extends CodemodeTool {
   annotations?: Tool["annotations"];
 }
 
-export interface ConnectMcpServersOptions extends Omit<McpUpstreamOptions, "onToolsChanged"> {
+/** Options the toolset sets on its upstreams itself. */
+type OwnUpstreamOptions = "onToolsChanged" | "onListChanged" | "onUp" | "roots";
+
+export interface ConnectMcpServersOptions extends Omit<McpUpstreamOptions, OwnUpstreamOptions> {
   /** Read-only mode for every server: only tools annotated `readOnlyHint: true`. */
   readOnly?: boolean;
   /** Allowed but doubtful things: unknown config fields, allow-list names a server does not have, skipped tools. */
   onWarning?: (message: string) => void;
+  /** Called when a server that was down started again and its tools were listed. */
+  onUp?: (server: string) => void;
 }
 
 export const CONNECT_KEYS = [
-  ...UPSTREAM_KEYS.filter((key) => key !== "onToolsChanged"),
+  ...UPSTREAM_KEYS.filter((key) => !["onToolsChanged", "onListChanged", "onUp", "roots"].includes(key)),
   ...optionKeys<Omit<ConnectMcpServersOptions, keyof McpUpstreamOptions>>({ readOnly: true, onWarning: true }),
+  "onUp",
 ];
 
-/** The tools of a set of connected upstream servers. */
+/**
+ * What changed: the tools (and with them the sandbox's registry), a server's state (it went down or came back), or
+ * an upstream's resources or prompts.
+ */
+export type McpToolsetChange = "tools" | "status" | "resources" | "prompts";
+
+/** The state of one upstream server. */
+export interface McpServerStatus {
+  server: string;
+  /** "up" once its tools were listed; "down" while it is tried again in the background. */
+  state: "up" | "down";
+  /** The tools it exposes (those it listed last, when it is down after having been up). */
+  tools: number;
+  down?: McpUpstreamDown;
+}
+
+/** The tools of a set of upstream servers. */
 export class McpToolset {
   private readonly toolsByServer = new Map<string, McpTool[]>();
-  private readonly listeners = new Set<() => void>();
+  private readonly listeners = new Set<(change: McpToolsetChange) => void>();
+  private currentRoots: Root[] = [];
   private closed = false;
 
   private constructor(
     readonly upstreams: readonly McpUpstream[],
     private readonly warn: (message: string) => void,
+    private readonly onUp: ((server: string) => void) | undefined,
   ) {}
 
   /**
-   * Connects every server of `config` (a config object in the `mcpServers` format, or `parseMcpConfig`'s result) at
-   * the same time and lists their tools. If any server fails to start, the others are closed and the first failure
-   * (in config order) is thrown: an `McpUpstreamError` with the server's stderr tail. Two tools with the same sandbox
-   * name throw an `McpToolCollisionError`.
+   * Connects every server of `config` (a config object in the `mcpServers` or `servers` format, or `parseMcpConfig`'s
+   * result) at the same time and lists their tools. A server that fails to start (or to list its tools) does not fail
+   * the others: it is reported through `onDown` and `status()`, and tried again in the background with a delay that
+   * doubles up to `UPSTREAM_RETRY_MAX_MS`. Two tools with the same sandbox name throw an `McpToolCollisionError`.
    */
   static async connect(config: unknown, options: ConnectMcpServersOptions = {}): Promise<McpToolset> {
     refuseUnknownOptions(options, "connectMcpServers", CONNECT_KEYS);
-    const { clientInfo, connectTimeoutMs, callTimeoutMs, onStderr } = options;
-    const parsed = isParsed(config)
-      ? config
-      : parseMcpConfig(config, options.readOnly === undefined ? {} : { readOnly: options.readOnly });
-    const warn = options.onWarning ?? (() => {});
+    const { readOnly, onWarning, onUp, onDown, ...upstreamOptions } = options;
+    const parsed = isParsed(config) ? config : parseMcpConfig(config, readOnly === undefined ? {} : { readOnly });
+    const warn = onWarning ?? (() => {});
     if (!isParsed(config)) for (const warning of parsed.warnings) warn(warning);
-    const specs = parsed.servers.map((spec) => (options.readOnly ? { ...spec, readOnly: true } : spec));
+    const specs = parsed.servers.map((spec) => (readOnly ? { ...spec, readOnly: true } : spec));
     let toolset: McpToolset | undefined;
     const upstreams = specs.map(
       (spec) =>
         new McpUpstream(spec, {
-          clientInfo,
-          connectTimeoutMs,
-          callTimeoutMs,
-          onStderr,
+          ...upstreamOptions,
           onToolsChanged: (server) => void toolset?.refresh(server),
+          onListChanged: (_server, list) => toolset?.emit(list),
+          onUp: (server) => void toolset?.refresh(server, true),
+          onDown: (server, down) => {
+            onDown?.(server, down);
+            toolset?.emit("status");
+          },
+          roots: () => toolset?.currentRoots ?? [],
         }),
     );
-    toolset = new McpToolset(upstreams, warn);
+    toolset = new McpToolset(upstreams, warn, onUp);
     const listed = await Promise.allSettled(upstreams.map((upstream) => upstream.listTools()));
-    const failed = listed.find((result) => result.status === "rejected");
-    if (failed !== undefined) {
-      await toolset.close();
-      throw failed.reason;
-    }
     try {
       const taken = new Map<string, { server: string; tool: string }>();
       upstreams.forEach((upstream, i) => {
-        const tools = toolset.build(upstream, (listed[i] as PromiseFulfilledResult<Tool[]>).value);
+        const result = listed[i] as PromiseSettledResult<Tool[]>;
+        if (result.status === "rejected") {
+          // Marked down already when it did not start; a server that started but could not list is down too.
+          if (upstream.down === undefined) upstream.fail(result.reason);
+          return;
+        }
+        const tools = (toolset as McpToolset).build(upstream, result.value);
         checkCollisions(tools, taken);
-        toolset.toolsByServer.set(upstream.name, tools);
+        (toolset as McpToolset).toolsByServer.set(upstream.name, tools);
       });
     } catch (error) {
       await toolset.close();
@@ -106,34 +134,85 @@ export class McpToolset {
     return this.upstreams.find((upstream) => upstream.name === server);
   }
 
-  /** Calls `listener` after a server's tool list changed and `tools` changed with it. Returns the unsubscribe. */
-  onChange(listener: () => void): () => void {
+  /** Every server, in config order, with its state. */
+  status(): McpServerStatus[] {
+    return this.upstreams.map((upstream) => {
+      const down = upstream.down;
+      const tools = this.toolsByServer.get(upstream.name)?.length ?? 0;
+      return down === undefined
+        ? { server: upstream.name, state: "up" as const, tools }
+        : { server: upstream.name, state: "down" as const, tools, down };
+    });
+  }
+
+  /** The servers that are down now. */
+  get down(): McpServerStatus[] {
+    return this.status().filter((status) => status.state === "down");
+  }
+
+  /**
+   * Calls `listener` after a server's tool list changed and `tools` changed with it ("tools"), or after a server said
+   * that its resources or prompts changed. Returns the unsubscribe.
+   */
+  onChange(listener: (change: McpToolsetChange) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
-  /** Lists a server's tools again (after `notifications/tools/list_changed`); a colliding new list is ignored. */
-  async refresh(server: string): Promise<void> {
+  /** The roots upstream servers get when they ask (`roots/list`): the gateway's client's. Tells them when they change. */
+  get roots(): Root[] {
+    return this.currentRoots;
+  }
+
+  setRoots(roots: readonly Root[]): void {
+    this.currentRoots = roots.map((root) => ({ ...root }));
+    for (const upstream of this.upstreams) upstream.rootsChanged();
+  }
+
+  /**
+   * Lists a server's tools again (after `notifications/tools/list_changed`, or when it is back after being down); a
+   * colliding new list is not taken. A server that is back but cannot list its tools is down again.
+   */
+  async refresh(server: string, cameBack = false): Promise<void> {
     const upstream = this.upstream(server);
     if (upstream === undefined || this.closed) return;
+    let listed: Tool[];
     try {
-      const tools = this.build(upstream, await upstream.listTools());
+      listed = await upstream.listTools();
+    } catch (error) {
+      if (cameBack) upstream.fail(error);
+      else this.warn(`server "${server}" changed its tools, but listing them failed: ${(error as Error).message}`);
+      return;
+    }
+    if (this.closed) return;
+    try {
+      const tools = this.build(upstream, listed);
       const taken = new Map<string, { server: string; tool: string }>();
       for (const other of this.upstreams)
         if (other !== upstream) checkCollisions(this.toolsByServer.get(other.name) ?? [], taken);
       checkCollisions(tools, taken);
       const before = fingerprint(this.toolsByServer.get(server) ?? []);
       this.toolsByServer.set(server, tools);
-      if (fingerprint(tools) !== before) for (const listener of this.listeners) listener();
+      if (fingerprint(tools) !== before) this.emit("tools");
+      if (cameBack) {
+        upstream.confirmUp();
+        this.onUp?.(server);
+        this.emit("status");
+      }
     } catch (error) {
       this.warn(`server "${server}" changed its tools, but the new list was not taken: ${(error as Error).message}`);
     }
   }
 
-  /** Closes every connection (stdio servers are stopped). */
+  /** Closes every connection (stdio servers are stopped) and stops retrying servers that are down. */
   async close(): Promise<void> {
     this.closed = true;
     await Promise.allSettled(this.upstreams.map((upstream) => upstream.close()));
+  }
+
+  private emit(change: McpToolsetChange): void {
+    if (this.closed) return;
+    for (const listener of this.listeners) listener(change);
   }
 
   private build(upstream: McpUpstream, listed: Tool[]): McpTool[] {

@@ -1,35 +1,65 @@
 /**
- * One upstream MCP server: starting it (stdio) or reaching it (Streamable HTTP) with the official SDK's `Client`,
- * listing its tools page by page, calling them with cancellation, and reconnecting once when it died.
+ * One upstream MCP server and the retry policy around it: when a failed request may be sent again, when the server is
+ * started again, and how a server that is down is tried again in the background. Opening and closing a connection
+ * over each transport is upstream-client.ts's.
  */
 import { randomUUID } from "node:crypto";
-import { statSync } from "node:fs";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
-import { type CallToolResult, ErrorCode, McpError, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  type CallToolResult,
+  type GetPromptResult,
+  McpError,
+  type Prompt,
+  type ReadResourceResult,
+  type Resource,
+  type ResourceTemplate,
+  type Root,
+  type Tool,
+} from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
-import { unansweredReason, watchAnswerStreams } from "./answer-streams.ts";
+import { traceMeta } from "../tracing/index.ts";
+import { unansweredReason } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
+import {
+  type ClientHooks,
+  clientPid,
+  closeClient,
+  errorText,
+  HTTP_PROBE_TIMEOUT_MS,
+  isConnectionClosed,
+  openClient,
+} from "./upstream-client.ts";
+
+export { HTTP_PROBE_TIMEOUT_MS, HTTP_TERMINATE_TIMEOUT_MS, STDIO_EXIT_GRACE_MS } from "./upstream-client.ts";
 
 /** How long starting a server and its MCP handshake may take (an `npx` server may have to be downloaded first). */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 60_000;
 /** How long one `tools/call` may take when nothing aborts it sooner (a sandbox deadline aborts it). */
 export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
-/** Pages of `tools/list` followed before giving up on a server that never stops paging. */
+/** Pages of a list (`tools/list`, `resources/list`, ...) followed before giving up on a server that never stops paging. */
 export const MAX_TOOL_LIST_PAGES = 1000;
 /** Characters of a stdio server's stderr kept for error messages. */
 export const STDERR_TAIL_CHARS = 4000;
-/** How long a stdio server has to exit by itself after its stdin was closed, before it gets SIGTERM. */
-export const STDIO_EXIT_GRACE_MS = 300;
-/** How long closing waits for an HTTP server to confirm the end of its session. */
-export const HTTP_TERMINATE_TIMEOUT_MS = 1000;
-/** How long an HTTP server has to answer a ping after one of its response streams broke. */
-export const HTTP_PROBE_TIMEOUT_MS = 5000;
 /** Lines of that stderr shown in an error message. */
 export const STDERR_TAIL_LINES = 20;
+/** First delay before a server that is down is tried again; each failure doubles it, up to `UPSTREAM_RETRY_MAX_MS`. */
+export const UPSTREAM_RETRY_INITIAL_MS = 1_000;
+/** Longest delay between two attempts to start a server that is down: it is tried again at least this often. */
+export const UPSTREAM_RETRY_MAX_MS = 5 * 60_000;
+
+/** A server that is down: it did not start (or could not list its tools), and is tried again in the background. */
+export interface McpUpstreamDown {
+  /** Why the last attempt failed. */
+  error: McpUpstreamError;
+  /** When it was found down, in ms since the epoch. */
+  since: number;
+  /** Failed attempts in a row. */
+  attempts: number;
+  /** When the next attempt starts, in ms since the epoch. */
+  retryAt: number;
+}
 
 export interface McpUpstreamOptions {
   /** How Airlock introduces itself to upstream servers. Default `{ name: "airlock", version: "0.1.0" }`. */
@@ -38,18 +68,36 @@ export interface McpUpstreamOptions {
   connectTimeoutMs?: number;
   /** Default `DEFAULT_CALL_TIMEOUT_MS`. */
   callTimeoutMs?: number;
+  /** First delay before a server that is down is tried again. Default `UPSTREAM_RETRY_INITIAL_MS`. */
+  retryInitialMs?: number;
+  /** Longest delay between two attempts. Default `UPSTREAM_RETRY_MAX_MS`. */
+  retryMaxMs?: number;
   /** Receives what a stdio server writes to stderr, as it arrives. Default: kept for error messages only. */
   onStderr?: (server: string, text: string) => void;
   /** Called when the server's tool list changed (it sent `notifications/tools/list_changed`). */
   onToolsChanged?: (server: string) => void;
+  /** Called when the server's resources or prompts changed. */
+  onListChanged?: (server: string, list: "resources" | "prompts") => void;
+  /** Called each time the server is found down (at the first failure and after each failed retry). */
+  onDown?: (server: string, down: McpUpstreamDown) => void;
+  /** Called when a server that was down started again. */
+  onUp?: (server: string) => void;
+  /** The roots to answer the server's `roots/list` with (the gateway's client's). Default none. */
+  roots?: () => Root[];
 }
 
 export const UPSTREAM_KEYS = optionKeys<McpUpstreamOptions>({
   clientInfo: true,
   connectTimeoutMs: true,
   callTimeoutMs: true,
+  retryInitialMs: true,
+  retryMaxMs: true,
   onStderr: true,
   onToolsChanged: true,
+  onListChanged: true,
+  onDown: true,
+  onUp: true,
+  roots: true,
 });
 
 export interface McpCallOptions {
@@ -64,10 +112,13 @@ export interface McpCallOptions {
 /** "unanswered": the server ended or broke the stream of this one answer, and still answers a ping. */
 type Failure = "not-sent" | "lost" | "unanswered" | "other";
 
-/** Clients whose transport closed. A server may send code -32000 (ConnectionClosed) itself: the generic server error. */
-const closedClients = new WeakSet<Client>();
+/** A request to the server: the tool (or method) it is about, for messages, and how to send it on a connection. */
+interface Request<T> {
+  what: string;
+  send(client: Client, signal: AbortSignal | undefined): Promise<T>;
+}
 
-/** A connection to one upstream server, reconnected on demand. */
+/** A connection to one upstream server, reconnected on demand, and retried in the background while it is down. */
 export class McpUpstream {
   readonly spec: McpServerSpec;
   private client: Client | undefined;
@@ -78,9 +129,14 @@ export class McpUpstream {
   private readonly malformed = new WeakMap<Client, string>();
   private reconnectCount = 0;
   private opened = false;
+  private downState: (McpUpstreamDown & { timer: ReturnType<typeof setTimeout> }) | undefined;
+  /** Failed attempts before the last retry that started the server, until its tools were listed (`confirmUp`). */
+  private attemptsBeforeUp = 0;
   private readonly clientInfo: { name: string; version: string };
   private readonly connectTimeoutMs: number;
   private readonly callTimeoutMs: number;
+  private readonly retryInitialMs: number;
+  private readonly retryMaxMs: number;
   /** Marks the errors written for answers a server's stream did not carry (see answer-streams.ts). */
   private readonly unansweredMarker = randomUUID();
 
@@ -93,6 +149,8 @@ export class McpUpstream {
     this.clientInfo = options.clientInfo ?? { name: "airlock", version: "0.1.0" };
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.retryInitialMs = positiveMs(options.retryInitialMs, "retryInitialMs") ?? UPSTREAM_RETRY_INITIAL_MS;
+    this.retryMaxMs = positiveMs(options.retryMaxMs, "retryMaxMs") ?? UPSTREAM_RETRY_MAX_MS;
   }
 
   /** The server's key in the config. */
@@ -107,8 +165,7 @@ export class McpUpstream {
 
   /** The process id of a stdio server while it runs. */
   get pid(): number | null {
-    const transport = this.client?.transport;
-    return transport instanceof StdioClientTransport ? transport.pid : null;
+    return clientPid(this.client);
   }
 
   /** How many times the connection was opened again after it was lost. */
@@ -126,99 +183,138 @@ export class McpUpstream {
     return this.client?.getServerVersion();
   }
 
+  /** The capabilities the server gave in its handshake (undefined while it is not connected). */
+  get capabilities(): ReturnType<Client["getServerCapabilities"]> {
+    return this.client?.getServerCapabilities();
+  }
+
+  /** Set while the server is down and tried again in the background. */
+  get down(): McpUpstreamDown | undefined {
+    if (this.downState === undefined) return undefined;
+    const { error, since, attempts, retryAt } = this.downState;
+    return { error, since, attempts, retryAt };
+  }
+
   /** Starts or reaches the server and does the MCP handshake. */
   async connect(): Promise<void> {
     await this.ensureClient();
   }
 
   /** Every tool of the server, following `tools/list` pagination. */
-  async listTools(): Promise<Tool[]> {
-    const client = await this.ensureClient();
-    if (client.getServerCapabilities()?.tools === undefined) return [];
-    const tools: Tool[] = [];
-    const cursors = new Set<string>();
-    let cursor: string | undefined;
-    for (let page = 0; ; page++) {
-      if (page >= MAX_TOOL_LIST_PAGES) {
-        throw new McpUpstreamError(
-          this.name,
-          `server "${this.name}" sent more than ${MAX_TOOL_LIST_PAGES} pages of tools`,
-        );
-      }
-      let result: Awaited<ReturnType<Client["listTools"]>>;
-      try {
-        result = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: this.connectTimeoutMs });
-      } catch (error) {
-        throw new McpUpstreamError(this.name, `server "${this.name}" failed to list its tools: ${message(error)}`, "", {
-          cause: error,
-        });
-      }
-      tools.push(...result.tools);
-      cursor = result.nextCursor;
-      if (cursor === undefined || cursor === "") return tools;
-      if (cursors.has(cursor)) {
-        throw new McpUpstreamError(
-          this.name,
-          `server "${this.name}" sent the tools/list cursor ${JSON.stringify(cursor)} twice`,
-        );
-      }
-      cursors.add(cursor);
-    }
+  listTools(): Promise<Tool[]> {
+    return this.listAll("tools", "tools", (client, params, options) =>
+      client.listTools(params, options).then((page) => ({ items: page.tools, next: page.nextCursor })),
+    );
+  }
+
+  /** Every resource of the server (empty when it has none). */
+  listResources(): Promise<Resource[]> {
+    return this.listAll("resources", "resources", (client, params, options) =>
+      client.listResources(params, options).then((page) => ({ items: page.resources, next: page.nextCursor })),
+    );
+  }
+
+  /** Every resource template of the server (empty when it has none). */
+  listResourceTemplates(): Promise<ResourceTemplate[]> {
+    return this.listAll("resources", "resource templates", (client, params, options) =>
+      client
+        .listResourceTemplates(params, options)
+        .then((page) => ({ items: page.resourceTemplates, next: page.nextCursor })),
+    );
+  }
+
+  /** Every prompt of the server (empty when it has none). */
+  listPrompts(): Promise<Prompt[]> {
+    return this.listAll("prompts", "prompts", (client, params, options) =>
+      client.listPrompts(params, options).then((page) => ({ items: page.prompts, next: page.nextCursor })),
+    );
+  }
+
+  /** Reads one resource (reading has no effects, so a read that was cut off is sent again). */
+  readResource(uri: string, options: { signal?: AbortSignal } = {}): Promise<ReadResourceResult> {
+    return this.send(
+      {
+        what: `resources/read of ${uri}`,
+        send: (client, signal) =>
+          client.readResource({ uri, ...meta() }, { timeout: this.callTimeoutMs, ...withSignal(signal) }),
+      },
+      { ...options, repeatable: true },
+    );
+  }
+
+  /** Gets one prompt with its arguments. */
+  getPrompt(
+    name: string,
+    args: Record<string, string> | undefined,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<GetPromptResult> {
+    return this.send(
+      {
+        what: `prompts/get of ${name}`,
+        send: (client, signal) =>
+          client.getPrompt(
+            { name, ...(args === undefined ? {} : { arguments: args }), ...meta() },
+            { timeout: this.callTimeoutMs, ...withSignal(signal) },
+          ),
+      },
+      { ...options, repeatable: true },
+    );
+  }
+
+  /** Tells the server that the roots changed (it asks for them again), when it is connected. */
+  rootsChanged(): void {
+    this.client?.sendRootsListChanged().catch(() => {});
   }
 
   /**
    * Calls a tool and resolves to the server's `CallToolResult` (an `isError` result included). An aborted `signal`
    * cancels the request (`notifications/cancelled`). A server that died is started again once: before the call when
-   * it is known to be down, or after the call failed because the connection was lost.
+   * it is known to be down, or after the call failed because the connection was lost. While the server is down (it
+   * did not start again), calls fail at once.
    */
-  async callTool(name: string, args: Record<string, unknown>, options: McpCallOptions = {}): Promise<CallToolResult> {
-    const { signal } = options;
-    signal?.throwIfAborted();
-    let reconnected = false;
-    let client = this.client;
-    if (client === undefined) {
-      client = await this.reconnect(signal);
-      reconnected = true;
-    }
-    try {
-      return await this.request(client, name, args, signal);
-    } catch (error) {
-      if (signal?.aborted) throw signal.reason ?? error;
-      let failure = unansweredReason(error, this.unansweredMarker)
-        ? (await this.answersPing(client))
-          ? "unanswered"
-          : "lost"
-        : classify(error, client);
-      if (failure === "unanswered") return await this.unanswered(client, name, args, options, error);
-      // Some servers (the reference "everything" server among them) answer 400 instead of 404 to a session they no
-      // longer know. Only when the session refuses a ping too was the call refused unseen; otherwise 400 is its answer.
-      if (error instanceof StreamableHTTPError && error.code === 400 && (await this.sessionGone(client))) {
-        failure = "not-sent";
-      }
-      if (failure === "other" || this.closed) throw this.callError(name, error);
-      this.drop(client);
-      if (reconnected) throw this.lostError(name, error, "right after it was started again", client);
-      if (failure === "lost" && options.repeatable !== true) {
-        throw this.lostError(
-          name,
-          error,
-          "while the call ran; the tool may or may not have run, so it was not repeated",
-          client,
-        );
-      }
-      const fresh = await this.reconnect(signal);
-      return await this.request(fresh, name, args, signal).catch((again: unknown) => {
-        if (signal?.aborted) throw signal.reason ?? again;
-        if (classify(again, fresh) === "other") throw this.callError(name, again);
-        this.drop(fresh);
-        throw this.lostError(name, again, "again when the call was sent a second time", fresh);
-      });
-    }
+  callTool(name: string, args: Record<string, unknown>, options: McpCallOptions = {}): Promise<CallToolResult> {
+    return this.send(
+      {
+        what: name,
+        send: (client, signal) =>
+          client.callTool({ name, arguments: args, ...meta() }, undefined, {
+            timeout: this.callTimeoutMs,
+            ...withSignal(signal),
+          }) as Promise<CallToolResult>,
+      },
+      options,
+    );
   }
 
-  /** Closes the connection (a stdio server is asked to exit, then killed). */
+  /**
+   * Marks the server down after `error` (it did not start, or could not list its tools), drops its connection, and
+   * tries it again after a delay that doubles with each failure. The first failure is also the first delay's start.
+   */
+  fail(error: unknown): void {
+    if (this.closed) return;
+    const cause =
+      error instanceof McpUpstreamError
+        ? error
+        : new McpUpstreamError(this.name, `server "${this.name}" failed: ${errorText(error)}`, "", {
+            cause: error,
+            reason: "failed",
+          });
+    // A server that starts but then fails its listing keeps backing off instead of being retried every second.
+    const attempts = (this.downState?.attempts ?? this.attemptsBeforeUp) + 1;
+    const delay = Math.min(this.retryInitialMs * 2 ** Math.min(attempts - 1, 30), this.retryMaxMs);
+    if (this.downState !== undefined) clearTimeout(this.downState.timer);
+    const timer = setTimeout(() => void this.retry(), delay);
+    timer.unref();
+    const now = Date.now();
+    this.downState = { error: cause, since: this.downState?.since ?? now, attempts, retryAt: now + delay, timer };
+    if (this.client !== undefined) this.drop(this.client);
+    this.options.onDown?.(this.name, this.down as McpUpstreamDown);
+  }
+
+  /** Closes the connection (a stdio server is asked to exit, then killed) and stops trying a server that is down. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.downState !== undefined) clearTimeout(this.downState.timer);
     const client = this.client;
     this.client = undefined;
     const pending = this.connecting;
@@ -226,28 +322,142 @@ export class McpUpstream {
     await Promise.allSettled([client && closeClient(client), pending?.then(closeClient)]);
   }
 
-  private request(client: Client, name: string, args: Record<string, unknown>, signal: AbortSignal | undefined) {
-    return client.callTool({ name, arguments: args }, undefined, {
-      timeout: this.callTimeoutMs,
-      ...(signal === undefined ? {} : { signal }),
-    }) as Promise<CallToolResult>;
+  private async retry(): Promise<void> {
+    if (this.closed || this.downState === undefined) return;
+    try {
+      await this.establish();
+    } catch (error) {
+      if (!this.closed) this.fail(error);
+      return;
+    }
+    if (this.downState !== undefined) {
+      clearTimeout(this.downState.timer);
+      this.attemptsBeforeUp = this.downState.attempts;
+    }
+    this.downState = undefined;
+    if (!this.closed) this.options.onUp?.(this.name);
+  }
+
+  /** Says that the server is fully back (its tools were listed): a later failure backs off from the start again. */
+  confirmUp(): void {
+    this.attemptsBeforeUp = 0;
+  }
+
+  /** Sends a request under the retry policy (see `callTool`). */
+  private async send<T>(request: Request<T>, options: McpCallOptions): Promise<T> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    let reconnected = false;
+    let client = this.client;
+    if (client === undefined) {
+      client = await abortable(this.ensureClient(), signal).catch((error: unknown) => {
+        throw this.publicError(error);
+      });
+      reconnected = true;
+    }
+    try {
+      return await request.send(client, signal);
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason ?? error;
+      let failure: Failure = unansweredReason(error, this.unansweredMarker)
+        ? (await this.answersPing(client))
+          ? "unanswered"
+          : "lost"
+        : classify(error, client);
+      if (failure === "unanswered") return await this.unanswered(client, request, options, error);
+      // Some servers (the reference "everything" server among them) answer 400 instead of 404 to a session they no
+      // longer know. Only when the session refuses a ping too was the call refused unseen; otherwise 400 is its answer.
+      if (error instanceof StreamableHTTPError && error.code === 400 && (await this.sessionGone(client))) {
+        failure = "not-sent";
+      }
+      if (failure === "other" || this.closed) throw this.callError(request.what, error);
+      this.drop(client);
+      if (reconnected) throw this.lostError(request.what, error, "right after it was started again", client);
+      if (failure === "lost" && options.repeatable !== true) {
+        throw this.lostError(
+          request.what,
+          error,
+          "while the call ran; the tool may or may not have run, so it was not repeated",
+          client,
+        );
+      }
+      const fresh = await abortable(this.ensureClient(), signal).catch((again: unknown) => {
+        throw this.publicError(again);
+      });
+      return await request.send(fresh, signal).catch((again: unknown) => {
+        if (signal?.aborted) throw signal.reason ?? again;
+        if (classify(again, fresh) === "other") throw this.callError(request.what, again);
+        this.drop(fresh);
+        throw this.lostError(request.what, again, "again when the call was sent a second time", fresh);
+      });
+    }
+  }
+
+  /**
+   * Every item of a list (nothing when the server lacks the capability), its pages followed to the end; a server that
+   * never ends or repeats a cursor is refused.
+   */
+  private async listAll<T>(
+    capability: "tools" | "resources" | "prompts",
+    what: string,
+    page: (
+      client: Client,
+      params: { cursor?: string },
+      options: { timeout: number },
+    ) => Promise<{ items: T[]; next?: string | undefined }>,
+  ): Promise<T[]> {
+    const client = await this.ensureClient();
+    if (client.getServerCapabilities()?.[capability] === undefined) return [];
+    const items: T[] = [];
+    const cursors = new Set<string>();
+    let cursor: string | undefined;
+    for (let n = 0; ; n++) {
+      if (n >= MAX_TOOL_LIST_PAGES) {
+        throw new McpUpstreamError(
+          this.name,
+          `server "${this.name}" sent more than ${MAX_TOOL_LIST_PAGES} pages of ${what}`,
+        );
+      }
+      let result: { items: T[]; next?: string | undefined };
+      try {
+        result = await page(client, cursor === undefined ? {} : { cursor }, { timeout: this.connectTimeoutMs });
+      } catch (error) {
+        throw new McpUpstreamError(
+          this.name,
+          `server "${this.name}" failed to list its ${what}: ${errorText(error)}`,
+          "",
+          {
+            cause: error,
+          },
+        );
+      }
+      items.push(...result.items);
+      cursor = result.next;
+      if (cursor === undefined || cursor === "") return items;
+      if (cursors.has(cursor)) {
+        throw new McpUpstreamError(
+          this.name,
+          `server "${this.name}" sent the ${what} list cursor ${JSON.stringify(cursor)} twice`,
+        );
+      }
+      cursors.add(cursor);
+    }
   }
 
   /**
    * A call whose answer stream ended without its answer, from a server that is still there: the connection stays (other
    * calls stream on it), and the call is sent again only when it may be.
    */
-  private async unanswered(
+  private async unanswered<T>(
     client: Client,
-    name: string,
-    args: Record<string, unknown>,
+    request: Request<T>,
     options: McpCallOptions,
     error: unknown,
-  ): Promise<CallToolResult> {
+  ): Promise<T> {
     const fail = (when: string, cause: unknown) =>
       new McpUpstreamError(
         this.name,
-        `server "${this.name}" did not answer the call of ${name}${when} (${unansweredReason(cause, this.unansweredMarker)})`,
+        `server "${this.name}" did not answer the call of ${request.what}${when} (${unansweredReason(cause, this.unansweredMarker)})`,
         "",
         { cause },
       );
@@ -255,11 +465,11 @@ export class McpUpstream {
       throw fail("; the tool may or may not have run, so it was not repeated", error);
     }
     const { signal } = options;
-    return await this.request(client, name, args, signal).catch((again: unknown) => {
+    return await request.send(client, signal).catch((again: unknown) => {
       if (signal?.aborted) throw signal.reason ?? again;
       throw unansweredReason(again, this.unansweredMarker)
         ? fail(" when it was sent a second time", again)
-        : this.callError(name, again);
+        : this.callError(request.what, again);
     });
   }
 
@@ -280,38 +490,47 @@ export class McpUpstream {
   }
 
   /** A failed call as the script sees it: an HTTP error status is the server's answer, so it is named. */
-  private callError(tool: string, error: unknown): unknown {
+  private callError(what: string, error: unknown): unknown {
     if (!(error instanceof StreamableHTTPError)) return error;
     const detail = error.message.replace(/^Streamable HTTP error: /, "");
     const status = (error.code ?? -1) > 0 ? `HTTP ${error.code}` : "an error";
     return new McpUpstreamError(
       this.name,
-      `server "${this.name}" answered the call of ${tool} with ${status}: ${detail}`,
+      `server "${this.name}" answered the call of ${what} with ${status}: ${detail}`,
       "",
       { cause: error },
     );
   }
 
-  private lostError(tool: string, error: unknown, when: string, client: Client): Error {
+  private lostError(what: string, error: unknown, when: string, client: Client): Error {
     const reason = this.malformed.get(client);
-    const what =
+    const lost =
       reason === undefined
         ? `the connection to server "${this.name}" was lost`
         : `server "${this.name}" sent ${reason} and was disconnected`;
     return new McpUpstreamError(
       this.name,
-      `${what} ${when} (calling ${tool}: ${message(error)})`,
+      `${lost} ${when} (calling ${what}: ${errorText(error)})`,
       this.spec.transport === "stdio" ? this.stderrTail : "",
       { cause: error },
     );
   }
 
-  private async reconnect(signal: AbortSignal | undefined): Promise<Client> {
-    return abortable(this.ensureClient(), signal);
-  }
-
+  /** The open connection, or a new one; fails at once while the server is down (the background retry owns it). */
   private ensureClient(): Promise<Client> {
     if (this.closed) return Promise.reject(new McpUpstreamError(this.name, `server "${this.name}" is closed`));
+    if (this.client !== undefined) return Promise.resolve(this.client);
+    // Calls do not wait on a retry under way, which may take as long as a start may.
+    if (this.downState !== undefined) return Promise.reject(this.downError());
+    return this.establish().catch((error: unknown) => {
+      // A start that failed marks the server down; the retry that failed has already done so.
+      if (!this.closed && this.downState === undefined) this.fail(error);
+      throw error;
+    });
+  }
+
+  /** Opens a connection, or joins the attempt under way. */
+  private establish(): Promise<Client> {
     if (this.client !== undefined) return Promise.resolve(this.client);
     if (this.connecting === undefined) {
       const attempt = this.open().then(
@@ -337,17 +556,29 @@ export class McpUpstream {
   }
 
   /**
-   * A message that is not JSON-RPC is dropped by the SDK, and the call it answered would wait until its deadline: the
-   * server is disconnected instead (started again on the next call), which fails its calls now, saying why.
+   * A failure to start the server as the call that needed it fails: the reason in Airlock's words, without the
+   * command line, URL or stderr (they can carry secrets of the config); the full error is its `cause`.
    */
-  private dropIfMalformed(client: Client, error: Error): boolean {
-    if (!(error instanceof SyntaxError) && error.name !== "ZodError") return false;
-    this.malformed.set(
-      client,
-      error.name === "ZodError" ? "a message that is not JSON-RPC" : "a line that is not JSON",
+  private publicError(error: unknown): unknown {
+    if (!(error instanceof McpUpstreamError) || error.reason === "failed" || told.has(error)) return error;
+    return new McpUpstreamError(this.name, `server "${this.name}" ${error.reason}`, "", {
+      cause: error,
+      reason: error.reason,
+    });
+  }
+
+  private downError(): McpUpstreamError {
+    const down = this.downState as McpUpstreamDown;
+    const seconds = Math.max(0, Math.ceil((down.retryAt - Date.now()) / 1000));
+    // Programs see this: the reason in Airlock's words, not the command line or stderr of the message.
+    const error = new McpUpstreamError(
+      this.name,
+      `server "${this.name}" is down (it ${down.error.reason}); it is tried again in the background, next in ${seconds} s`,
+      "",
+      { cause: down.error, reason: down.error.reason },
     );
-    this.drop(client);
-    return true;
+    told.add(error);
+    return error;
   }
 
   private drop(client: Client): void {
@@ -355,106 +586,35 @@ export class McpUpstream {
     void client.close().catch(() => {});
   }
 
-  private async open(): Promise<Client> {
-    const spec = this.spec;
-    const client = new Client(this.clientInfo, {
-      capabilities: {},
-      listChanged: {
-        tools: {
-          autoRefresh: false,
-          debounceMs: 100,
-          onChanged: () => this.options.onToolsChanged?.(this.name),
-        },
-      },
-    });
-    let transport: Transport;
-    if (spec.transport === "stdio") {
-      const stdio = new StdioClientTransport({
-        command: spec.command,
-        args: spec.args,
-        env: spec.env,
-        ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }),
-        stderr: "pipe",
-      });
-      stdio.stderr?.on("data", (chunk: Buffer | string) => {
-        const text = chunk.toString();
+  private open(): Promise<Client> {
+    const hooks: ClientHooks = {
+      clientInfo: this.clientInfo,
+      connectTimeoutMs: this.connectTimeoutMs,
+      unansweredMarker: this.unansweredMarker,
+      onStderr: (text) => {
         this.stderr = (this.stderr + text).slice(-STDERR_TAIL_CHARS);
         this.options.onStderr?.(this.name, text);
-      });
-      transport = stdio;
-      client.onerror = (error) => this.dropIfMalformed(client, error);
-    } else {
-      transport = new StreamableHTTPClientTransport(spec.url, {
-        requestInit: { headers: spec.headers },
-        fetch: watchAnswerStreams(this.unansweredMarker),
-      });
-      // A response stream that broke (the server died, the network dropped) leaves its call pending until its deadline
-      // unless the stream resumes. A server that does not answer a ping then is gone: the connection is dropped, which
-      // fails its calls as lost now.
-      let probing = false;
-      client.onerror = (error) => {
-        if (this.dropIfMalformed(client, error)) return;
-        if (probing || !/^(SSE stream disconnected|Failed to reconnect|Maximum reconnection)/.test(error.message))
-          return;
-        probing = true;
-        client.ping({ timeout: HTTP_PROBE_TIMEOUT_MS }).then(
-          () => {
-            probing = false;
-          },
-          () => this.drop(client),
-        );
-      };
-    }
-    client.onclose = () => {
-      closedClients.add(client);
-      if (this.client === client) this.client = undefined;
-    };
-    try {
-      await client.connect(transport, { timeout: this.connectTimeoutMs });
-    } catch (error) {
-      await client.close().catch(() => {});
-      // The last stderr chunks of a process that exited may still be on their way through the pipe.
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      throw this.startError(error, client);
-    }
-    return client;
-  }
-
-  private startError(error: unknown, client: Client): McpUpstreamError {
-    const spec = this.spec;
-    const code = (error as NodeJS.ErrnoException)?.code;
-    let reason: string;
-    if (spec.transport === "stdio") {
-      const command = [spec.command, ...spec.args].map((part) => (/\s/.test(part) ? JSON.stringify(part) : part));
-      // spawn() reports a missing working directory as ENOENT too, as if the command were missing.
-      if ((code === "ENOENT" || code === "ENOTDIR") && spec.cwd !== undefined && !isDirectory(spec.cwd)) {
-        reason = `its working directory "cwd" (${spec.cwd}) is not a directory that exists`;
-      } else if (code === "ENOENT")
-        reason = `command "${spec.command}" was not found (is it installed and on the PATH?)`;
-      else if (code === "EACCES") reason = `command "${spec.command}" is not executable`;
-      else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${this.connectTimeoutMs} ms`;
-      else if (isConnectionClosed(error, client)) reason = "the process exited before finishing the MCP handshake";
-      else reason = message(error);
-      return new McpUpstreamError(
-        this.name,
-        `server "${this.name}" did not start: ${reason}. Command: ${command.join(" ")}`,
-        this.stderrTail,
-        { cause: error },
-      );
-    }
-    if (error instanceof StreamableHTTPError) reason = `HTTP ${error.code}: ${error.message}`;
-    else if (isTimeout(error)) reason = `it did not finish the MCP handshake within ${this.connectTimeoutMs} ms`;
-    else reason = message(error);
-    return new McpUpstreamError(
-      this.name,
-      `server "${this.name}" at ${spec.url.href} could not be reached: ${reason}`,
-      "",
-      {
-        cause: error,
       },
-    );
+      onListChanged: (list) => {
+        if (list === "tools") this.options.onToolsChanged?.(this.name);
+        else this.options.onListChanged?.(this.name, list);
+      },
+      onMalformed: (client, reason) => {
+        this.malformed.set(client, reason);
+        this.drop(client);
+      },
+      onGone: (client) => this.drop(client),
+      onClosed: (client) => {
+        if (this.client === client) this.client = undefined;
+      },
+      roots: () => this.options.roots?.() ?? [],
+    };
+    return openClient(this.spec, hooks, () => (this.spec.transport === "stdio" ? this.stderrTail : ""));
   }
 }
+
+/** Errors already written for programs to see (see `publicError`). */
+const told = new WeakSet<Error>();
 
 /** What a failed request says about the connection. */
 function classify(error: unknown, client: Client): Failure {
@@ -479,62 +639,22 @@ function classify(error: unknown, client: Client): Failure {
 /** Errors of fetch() that happen before a connection exists: refused, DNS, connect timeout. */
 const NOT_CONNECTED_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
 
-/**
- * Ends an HTTP session with a DELETE (a server may not support it), then closes the transport. A stdio server gets
- * its stdin closed and, if it is still running `STDIO_EXIT_GRACE_MS` later (many servers ignore the end of stdin),
- * SIGTERM; the SDK's transport sends SIGKILL if that does not end it either.
- */
-async function closeClient(client: Client): Promise<void> {
-  const transport = client.transport;
-  if (transport instanceof StreamableHTTPClientTransport && transport.sessionId !== undefined) {
-    await Promise.race([
-      transport.terminateSession().catch(() => {}),
-      new Promise((resolve) => setTimeout(resolve, HTTP_TERMINATE_TIMEOUT_MS).unref()),
-    ]);
-  }
-  const pid = transport instanceof StdioClientTransport ? transport.pid : null;
-  const timer =
-    pid === null
-      ? undefined
-      : setTimeout(() => {
-          try {
-            process.kill(pid, "SIGTERM");
-          } catch {
-            // It exited already.
-          }
-        }, STDIO_EXIT_GRACE_MS);
-  try {
-    await client.close();
-  } finally {
-    clearTimeout(timer);
-  }
+/** The trace context of the caller, as `_meta` of an upstream request, so that the server's spans join the trace. */
+function meta(): { _meta?: Record<string, string> } {
+  const context = traceMeta();
+  return context === undefined ? {} : { _meta: context };
 }
 
-function isDirectory(path: string): boolean {
-  try {
-    return statSync(path).isDirectory();
-  } catch {
-    return false;
+function withSignal(signal: AbortSignal | undefined): { signal?: AbortSignal } {
+  return signal === undefined ? {} : { signal };
+}
+
+function positiveMs(value: unknown, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+    throw new RangeError(`${name} must be a positive number of ms, got ${String(value)}`);
   }
-}
-
-function isTimeout(error: unknown): boolean {
-  return error instanceof McpError && error.code === ErrorCode.RequestTimeout;
-}
-
-/** The SDK's own "Connection closed": it rejects pending requests with it after the client's onclose ran. */
-function isConnectionClosed(error: unknown, client: Client): boolean {
-  return error instanceof McpError && error.code === ErrorCode.ConnectionClosed && closedClients.has(client);
-}
-
-function message(error: unknown): string {
-  if (error instanceof Error) {
-    const cause = (error as { cause?: unknown }).cause;
-    return cause instanceof Error && !error.message.includes(cause.message)
-      ? `${error.message} (${cause.message})`
-      : error.message;
-  }
-  return String(error);
+  return value;
 }
 
 function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {

@@ -18,8 +18,10 @@ import { optionKeys, refuseUnknownOptions } from "../options.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/errors.ts";
 import { stripTypeScript } from "../source/typescript.ts";
+import { startTrace } from "../tracing/index.ts";
 import type {
   CodemodeExecuteOptions,
+  CodemodeProgressEvent,
   CodemodeResult,
   CodemodeRun,
   CodemodeRunOptions,
@@ -197,6 +199,9 @@ export abstract class CodemodeSandboxBase {
     refuseUnknownOptions(options, "execute options", EXECUTE_OPTION_KEYS);
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     checkSignal(options.signal);
+    if (options.onProgress !== undefined && typeof options.onProgress !== "function") {
+      throw new TypeError("onProgress must be a function");
+    }
     const store = encodeStore(options.store);
     if (this.closed) return closedResult();
     const script = this.compile(code);
@@ -204,18 +209,34 @@ export abstract class CodemodeSandboxBase {
     // The execution keeps the tools it started with; registering or removing tools affects later executions only.
     const view = this.registryView();
     const request = this.request(script, store, timeoutMs, null, view.configuration);
-    const execution = new Execution(this.launcher, {
+    // A span for the execution, and one for each tool call, when a tracer records (see tracing/).
+    const trace = startTrace("airlock.execute", { "airlock.sandbox": this.constructor.name });
+    const { onProgress } = options;
+    const launcher = onProgress === undefined ? this.launcher : progressTap(this.launcher, onProgress, () => execution);
+    let execution: Execution | undefined;
+    execution = new Execution(launcher, {
       request,
       handler: {
         kind: "tools",
-        resolve: (target, name) => (target === "tool" ? view.tools : view.globals).get(name),
+        resolve: (target, name) => {
+          const tool = (target === "tool" ? view.tools : view.globals).get(name);
+          return trace === undefined || tool === undefined || target !== "tool" ? tool : trace.tool(tool);
+        },
       },
       signal: options.signal,
       timeoutMs,
       onStart: (e) => this.executions.add(e),
       onEnd: (e) => this.executions.delete(e),
     });
-    return execution.result;
+    if (trace === undefined) return execution.result;
+    return execution.result.then((result) => {
+      trace.end({
+        ok: result.ok,
+        ...(result.ok ? {} : { error: result.error.kind }),
+        attributes: { "airlock.tool_calls": result.calls.length },
+      });
+      return result;
+    });
   }
 
   /**
@@ -418,6 +439,50 @@ export abstract class CodemodeSandboxBase {
   }
 }
 
+/**
+ * The launcher with what a run does as it happens handed to `onProgress`: each output item, and each tool call's start
+ * and end, after the execution took it (it ignores what comes after its end, and so does the tap).
+ */
+function progressTap(
+  launcher: Launcher,
+  onProgress: (event: CodemodeProgressEvent) => void,
+  execution: () => Execution | undefined,
+): Launcher {
+  const report = (event: CodemodeProgressEvent) => {
+    if (execution()?.finished === true) return;
+    try {
+      onProgress(event);
+    } catch {
+      // A listener's failure is its own: the run goes on.
+    }
+  };
+  return {
+    launch: (request, onEvent) => {
+      const calls = new Map<number, string>();
+      const run = launcher.launch(request, (event) => {
+        onEvent(event);
+        if (event.type === "output") report({ type: "output", item: event.item });
+        else if (event.type === "call" && event.target === "tool") {
+          calls.set(event.id, event.name);
+          report({ type: "call", name: event.name });
+        }
+      });
+      return {
+        settle: (id, outcome, seq, now) => {
+          const name = calls.get(id);
+          if (name !== undefined) {
+            calls.delete(id);
+            report({ type: "result", name, ok: outcome.ok });
+          }
+          run.settle(id, outcome, seq, now);
+        },
+        stop: (reason) => run.stop(reason),
+      };
+    },
+    close: () => launcher.close(),
+  };
+}
+
 function closedResult(): CodemodeResult {
   return { ok: false, error: { kind: "aborted", message: "The sandbox is closed" }, output: [], calls: [] };
 }
@@ -476,7 +541,12 @@ const BASE_OPTION_KEYS = optionKeys<CodemodeSandboxBaseOptions>({
   maxToolCalls: true,
   maxTotalMemoryBytes: true,
 });
-const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({ signal: true, timeoutMs: true, store: true });
+const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({
+  signal: true,
+  timeoutMs: true,
+  store: true,
+  onProgress: true,
+});
 
 /**
  * Throws unless the options argument of a sandbox constructor is an object, checked before any option is read; with

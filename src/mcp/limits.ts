@@ -1,0 +1,15 @@
+/** Caps on what clients and programs may ask of `search` and `describe`. */
+
+/** Default and largest number of `search` results. */
+export const DEFAULT_SEARCH_LIMIT = 10;
+export const MAX_SEARCH_LIMIT = 50;
+/** Most tools one `describe` call declares. */
+export const MAX_DESCRIBE_NAMES = 50;
+/**
+ * Longest `search` query and `describe` name, in characters. Both are matched against every tool: without a cap, one
+ * call could hold the event loop, and every other session, for seconds.
+ */
+export const MAX_SEARCH_QUERY_CHARS = 1000;
+export const MAX_TOOL_NAME_CHARS = 500;
+/** Longest resource URI a program may pass to `resources.read`. */
+export const MAX_RESOURCE_URI_CHARS = 8192;
