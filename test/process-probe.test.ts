@@ -5,7 +5,7 @@
  * on the file not being there), so that a denial is proven, not inferred from silence.
  */
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,16 +13,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveIsolation } from "../dist/process/isolation.js";
 import type { ChildPlan } from "../dist/process/pool.js";
 import { nativeProbeElf, readNativeProbe } from "./fixtures/process/native-probe.ts";
+import { hasSystemTool } from "./helpers/system-tools.ts";
 
 const probeScript = fileURLToPath(new URL("./fixtures/process/probe.mjs", import.meta.url));
-const isRoot = process.getuid?.() === 0;
 const runtimes = [
-  { runtime: "bwrap" as const, available: process.platform === "linux" && existsSync("/usr/bin/bwrap") },
-  { runtime: "gvisor" as const, available: process.platform === "linux" && existsSync("/usr/bin/runsc") && isRoot },
+  { runtime: "bwrap" as const, available: hasSystemTool("bwrap") },
+  { runtime: "gvisor" as const, available: hasSystemTool("runsc") },
 ];
-for (const { runtime, available } of runtimes) {
-  if (!available) console.log(`SECURITY.md 26 under ${runtime}: skipped, ${runtime} is not available here`);
-}
 
 let dir: string;
 let planted: string;
