@@ -84,6 +84,11 @@ export interface CodemodeExecuteOptions {
   timeoutMs?: number;
   /** Values the script reads with `load(key)`; its `store()` calls come back as `result.storeWrites`. */
   store?: Readonly<Record<string, unknown>>;
+  /**
+   * Called with each output item as the script produces it (text, console lines, images), in order and before the
+   * result resolves, which holds them all too. A callback that throws ends the run with a `sandbox` error.
+   */
+  onOutput?: (item: CodemodeOutputItem) => void;
 }
 
 /** A call made by the script of a deterministic run, answered with `CodemodeRun.deliver()`. */

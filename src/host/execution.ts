@@ -42,6 +42,8 @@ export interface ExecutionOptions {
   onStart?: (execution: Execution) => void;
   /** Called once when the execution ended, to let the sandbox forget it. */
   onEnd: (execution: Execution) => void;
+  /** Each output item as it comes, called like a deterministic run's hooks (see callHook). */
+  onOutput?: ((item: CodemodeOutputItem) => void) | undefined;
 }
 
 interface OpenCall {
@@ -127,13 +129,14 @@ export class Execution {
   private readonly hooks: (() => void)[] = [];
 
   /**
-   * Runs a hook of a deterministic run from a promise job, in order: once start() has returned the run the hooks may
-   * deliver to (inline, the first turn runs inside launch()), once every event that came with this one is known (a
-   * result for any call the VM issued in that turn can be delivered), and never inside deliver() (inline, a delivery
-   * runs the VM at once), so that hooks behave alike on every launcher and the stack does not grow with each call.
+   * Runs a hook (a deterministic run's, or onOutput) from a promise job, in order: once start() has returned the run
+   * the hooks may deliver to (inline, the first turn runs inside launch()), once every event that came with this one
+   * is known (a result for any call the VM issued in that turn can be delivered), and never inside deliver() (inline,
+   * a delivery runs the VM at once), so that hooks behave alike on every launcher and the stack does not grow with
+   * each call.
    * A hook that throws ends this run with an error naming it, never the host.
    */
-  private callHook(hook: "onStarted" | "onCall" | "onIdle", call: () => void): void {
+  private callHook(hook: "onStarted" | "onCall" | "onIdle" | "onOutput", call: () => void): void {
     this.hooks.push(() => {
       try {
         call();
@@ -224,6 +227,8 @@ export class Execution {
       return;
     }
     this.output.push(item);
+    const onOutput = this.options.onOutput;
+    if (onOutput) this.callHook("onOutput", () => onOutput(item));
   }
 
   private onCall(id: number, target: "tool" | "global", name: string, argsJson: string | undefined): void {

@@ -178,6 +178,9 @@ export abstract class CodemodeSandboxBase {
     refuseUnknownOptions(options, "execute options", EXECUTE_OPTION_KEYS);
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     checkSignal(options.signal);
+    if (options.onOutput !== undefined && typeof options.onOutput !== "function") {
+      throw new TypeError("onOutput must be a function");
+    }
     const store = encodeStore(options.store);
     if (this.closed) return closedResult();
     const script = this.compile(code);
@@ -193,6 +196,7 @@ export abstract class CodemodeSandboxBase {
       },
       signal: options.signal,
       timeoutMs,
+      onOutput: options.onOutput,
       onStart: (e) => this.executions.add(e),
       onEnd: (e) => this.executions.delete(e),
     });
@@ -426,7 +430,12 @@ const BASE_OPTION_KEYS = optionKeys<CodemodeSandboxBaseOptions>({
   memoryLimitBytes: true,
   typescript: true,
 });
-const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({ signal: true, timeoutMs: true, store: true });
+const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({
+  signal: true,
+  timeoutMs: true,
+  store: true,
+  onOutput: true,
+});
 
 /**
  * Throws unless the options argument of a sandbox constructor is an object, checked before any option is read; with
