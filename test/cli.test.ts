@@ -420,7 +420,12 @@ describe("run", () => {
     const parsed = JSON.parse(result.stdout);
     expect(parsed).toEqual({
       ok: false,
-      error: { kind: "script", name: "TypeError", message: "bad input", stack: expect.stringContaining("codemode.js") },
+      error: {
+        kind: "script",
+        name: "TypeError",
+        message: "bad input",
+        stack: expect.stringContaining("throws.js:2:"),
+      },
       output: [{ type: "text", text: "before the throw" }],
       calls: [],
     });
