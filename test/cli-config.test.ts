@@ -34,7 +34,7 @@ describe("airlock run --config", () => {
     writeFileSync(
       join(dir, "both.js"),
       [
-        "const note = await tools.files__read_text_file({ path: " + JSON.stringify(join(dir, "note.txt")) + " });",
+        `const note = await tools.files__read_text_file({ path: ${JSON.stringify(join(dir, "note.txt"))} });`,
         "text(note.content.trim());",
         "return await tools.everything__get_sum({ a: 20, b: 22 });",
       ].join("\n"),
