@@ -7,6 +7,7 @@ import { Tiktoken } from "js-tiktoken/lite";
 import cl100k_base from "js-tiktoken/ranks/cl100k_base";
 import o200k_base from "js-tiktoken/ranks/o200k_base";
 import { describeTool, INDEX_THRESHOLD_TOOLS, renderDeclarations } from "../dist/declarations/index.js";
+import { runtime } from "./lib.mjs";
 import { buildCatalog } from "./tokens-catalog.mjs";
 
 const { values } = parseArgs({
@@ -39,7 +40,7 @@ const rows = [
   ["  one described tool", described],
 ];
 const base = tokens(json);
-console.log(`${catalog.length} tools, ${values.encoding} tokens\n`);
+console.log(`${catalog.length} tools, ${values.encoding} tokens, ${runtime}\n`);
 console.log(`${"form".padEnd(40)}${"tokens".padStart(9)}${"chars".padStart(10)}${"vs JSON".padStart(10)}`);
 for (const [label, text] of rows) {
   const count = tokens(text);
