@@ -50,10 +50,12 @@ smaller one wins when --timeout is given too) and cuts the printed output and va
 (o200k_base), with a note saying so (--json prints the whole result).
 
 Without --json, the output is printed as the script produces it (text and console lines, images as
-"[image <type>, <n> bytes]"), then the returned value: strings as is, other values as JSON.
+"[image <type>, <n> bytes]"; all at the end when a max_output_tokens line must cut it), then the returned
+value: strings as is, other values as JSON.
 A failed run prints the error kind and message to stderr, with the failing line of the script and its stack.
 
-Exit status: 0 the run succeeded, 1 it failed (script error, timeout, out of memory, Ctrl-C), 2 bad usage.
+Exit status: 0 the run succeeded, 1 it failed (script error, timeout, out of memory, Ctrl-C, an MCP server
+of --config that did not start), 2 bad usage (also an empty script, or a bad config).
 `;
 
 const flags = {
