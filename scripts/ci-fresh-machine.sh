@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's set-up commands in a fresh clone, as on a machine with only Node and npm: bubblewrap and runsc are hidden
-# (a mount namespace covers each with a file that is not executable) and missing tools may skip their tests. Needs root.
+# (a mount namespace covers each with a file that is not executable), no PostgreSQL server is named, and missing tools
+# may skip their tests. Needs root.
 set -euo pipefail
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 # The commands of the README's "## Set-up" block, without their comments.
@@ -21,7 +22,7 @@ done
 echo "in a fresh clone, with bwrap and runsc hidden:"
 printf '  %s\n' "$commands"
 cd "$work/airlock"
-env -u AIRLOCK_REQUIRE_SYSTEM_TOOLS unshare -m bash -euo pipefail -c "
+env -u AIRLOCK_REQUIRE_SYSTEM_TOOLS -u AIRLOCK_TEST_POSTGRES_URL unshare -m bash -euo pipefail -c "
   $mounts
   for tool in bwrap runsc; do
     if path=\$(command -v \$tool) && [ -x \"\$path\" ]; then echo \"\$tool is still there: \$path\" >&2; exit 1; fi
