@@ -20,7 +20,7 @@ for tool in bwrap runsc; do
   done
 done
 echo "in a fresh clone, with bwrap and runsc hidden:"
-printf '  %s\n' "$commands"
+printf '%s\n' "$commands" | sed 's/^/  /'
 cd "$work/airlock"
 env -u AIRLOCK_REQUIRE_SYSTEM_TOOLS -u AIRLOCK_TEST_POSTGRES_URL unshare -m bash -euo pipefail -c "
   $mounts
