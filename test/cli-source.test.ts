@@ -57,6 +57,6 @@ describe("airlock declarations", () => {
   it("needs --tools", async () => {
     const result = await runCli(["declarations"]);
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain("--tools <module> is required");
+    expect(result.stderr).toContain("--tools <module> or --config <mcp.json> is required");
   });
 });

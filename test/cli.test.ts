@@ -310,7 +310,8 @@ describe("run", () => {
     const result = await runCli(["run", "throws.js"], { cwd: dir });
     expect(result.code).toBe(1);
     expect(result.stdout).toBe("before the throw\n");
-    expect(result.stderr).toMatch(/^airlock: run failed \(script\): TypeError: bad input\n {4}at .*codemode\.js:2/);
+    expect(result.stderr).toMatch(/^airlock: run failed \(script\): TypeError: bad input\nthrows\.js:2:\d+\n/);
+    expect(result.stderr).toMatch(/\n {4}at .*\(throws\.js:2:\d+\)\n$/);
   });
 
   it("--tools: resolves the module from the cwd and gives the script its tools", async () => {

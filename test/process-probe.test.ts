@@ -84,7 +84,12 @@ function replaceNode(plan: ChildPlan, program: string): ChildPlan {
   return { ...plan, args };
 }
 
-describe.each(runtimes.filter((r) => r.available))("SECURITY.md 26 under $runtime", ({ runtime }) => {
+// One describe per runtime, skipped where it is missing: a file whose suites are all left out would fail as empty.
+for (const { runtime, available } of runtimes) {
+  describe.runIf(available)(`SECURITY.md 26 under ${runtime}`, () => probes(runtime));
+}
+
+function probes(runtime: "bwrap" | "gvisor"): void {
   const isolation = () =>
     resolveIsolation(
       // Room for the probe's worker threads: the process limit, not the address space, must be what stops them.
@@ -162,4 +167,4 @@ describe.each(runtimes.filter((r) => r.available))("SECURITY.md 26 under $runtim
     expect(native.forks).toBeGreaterThan(0);
     expect(native.forks).toBeLessThan(32);
   }, 90_000);
-});
+}
