@@ -1,4 +1,14 @@
 // Measuring helpers shared by the bench scripts.
+import { startProgress } from "../dist/cli/progress.js";
+
+/** The runtime a bench ran on, for its first line and its results file: "Node v24.22.3" or "Bun 1.4.4". */
+export const runtime = process.versions.bun === undefined ? `Node ${process.version}` : `Bun ${process.versions.bun}`;
+
+/**
+ * A line saying what the bench measures now, on a terminal (stderr) only: on a pipe or in a file nothing but the
+ * results. `clear()` before printing a row keeps the two apart.
+ */
+export const benchProgress = () => startProgress(process.stderr, "starting…");
 
 /** The median of a list of numbers. */
 export const median = (values) => {

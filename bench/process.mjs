@@ -5,9 +5,10 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus } from "node:os";
 import { CodemodeSandbox, ProcessCodemodeSandbox } from "../dist/index.js";
-import { median, timeEach } from "./lib.mjs";
+import { benchProgress, median, runtime, timeEach } from "./lib.mjs";
 
 const quick = process.env.QUICK === "1";
+const progress = benchProgress();
 const n = (full, small) => (quick ? small : full);
 const tools = [{ name: "echo", execute: async (args) => args }];
 
@@ -35,6 +36,7 @@ if (process.platform === "linux" && existsSync("/usr/bin/runsc") && process.getu
 
 const rows = [];
 for (const tier of tiers) {
+  progress.update(`measuring the ${tier.name} tier (${tiers.indexOf(tier) + 1} of ${tiers.length})…`);
   const startups = [];
   for (let i = 0; i < n(3, 1); i++) {
     const start = performance.now();
@@ -72,9 +74,10 @@ for (const tier of tiers) {
   });
 }
 
+progress.done();
 const worker = rows[0];
 const fmt = (v, d = 2) => v.toFixed(d).padStart(9);
-console.log(`node ${process.version}, ${availableParallelism()} CPUs (${cpus()[0]?.model ?? "?"}), pool size 1`);
+console.log(`${runtime}, ${availableParallelism()} CPUs (${cpus()[0]?.model ?? "?"}), pool size 1`);
 console.log(
   "tier                    start-up ms  trivial ms  per call us  stop late ms  exec/s   (ratio trivial to worker)",
 );
@@ -86,5 +89,5 @@ for (const r of rows) {
 mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
 writeFileSync(
   new URL("./results/process-latest.json", import.meta.url),
-  `${JSON.stringify({ node: process.version, cpus: availableParallelism(), rows }, null, 2)}\n`,
+  `${JSON.stringify({ node: process.version, runtime, cpus: availableParallelism(), rows }, null, 2)}\n`,
 );

@@ -10,9 +10,10 @@ import {
   loadQuickJSWasm as piWasm,
 } from "@earendil-works/pi-codemode";
 import { CodemodeSandbox, InlineCodemodeSandbox } from "../dist/index.js";
-import { median, timeEach } from "./lib.mjs";
+import { benchProgress, median, runtime, timeEach } from "./lib.mjs";
 
 const quick = process.env.QUICK === "1";
+const progress = benchProgress();
 const n = (full, small) => (quick ? small : full);
 const echo = { name: "echo", execute: async (args) => args };
 const sleep10 = { name: "sleep", execute: () => new Promise((resolve) => setTimeout(() => resolve(1), 10)) };
@@ -111,20 +112,25 @@ function row(name, unit, airlock, pi, better = "lower", floor = undefined) {
         ? pi / airlock
         : airlock / pi;
   rows.push(floor === undefined ? { name, unit, airlock, pi, ratio } : { name, unit, floor });
+  progress.clear();
   const fmt = (v) => (v === undefined ? "n/a" : v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
   const figures =
     floor === undefined ? `${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)}` : fmt(floor).padStart(21);
   console.log(`${name.padEnd(44)} ${figures} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`);
 }
 
+/** Shows what is measured next, on a terminal. */
+const step = (text) => progress.update(`measuring ${text}…`);
+
 const machine = {
   node: process.version,
+  runtime,
   cpu: cpus()[0]?.model ?? "unknown",
   cores: availableParallelism(),
   memoryGiB: Math.round(totalmem() / 2 ** 30),
   platform: `${process.platform}-${process.arch}`,
 };
-console.log(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
+console.log(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, ${runtime}`);
 console.log(`${"row".padEnd(44)} ${"Airlock".padStart(10)} ${"pi 1.6.0".padStart(10)} ${"unit".padEnd(8)} pi/Airlock`);
 
 const wasm = await piWasm();
@@ -135,18 +141,21 @@ const piInline = new PiInline({ tools, wasm, timeoutMs: 30_000 });
 await airWorker.warm();
 await airInline.warm();
 // Warm-up: JIT, first VMs, the peers' first worker.
+step("nothing yet: warming up");
 await timeEach(airWorker, "return 1", 200);
 await timeEach(airInline, "return 1", 200);
 await timeEach(piWorker, "return 1", 2);
 await timeEach(piInline, "return 1", 3);
 
 // 1. return 1, sequential
+step("1. return 1, worker");
 row(
   "1. return 1, worker (median)",
   "ms",
   await timeEach(airWorker, "return 1", n(2000, 300)),
   await timeEach(piWorker, "return 1", n(30, 8)),
 );
+step("1. return 1, inline");
 row(
   "1. return 1, inline (median)",
   "ms",
@@ -155,16 +164,19 @@ row(
 );
 
 // 2. per-call cost of 100 sequential echo calls in one execution
+step("2. tool calls, worker and pi in alternation");
 const floor = bareRoundTrip();
 const [workerCall, piWorkerCall, roundTrip] = await perCall(airWorker, piWorker, n(9, 3), floor);
 await floor.close();
 row("2. tool call, worker (per call)", "us", workerCall, piWorkerCall);
 // Neither product: what any tool call through a worker costs at least on this machine, in this run.
 row("2. floor: bare postMessage round trip", "us", undefined, undefined, "lower", roundTrip);
+step("2. tool calls, inline and pi in alternation");
 row("2. tool call, inline (per call)", "us", ...(await perCall(airInline, piInline, n(9, 3))));
 
 // 3. interpreter-bound loop
 const loop = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
+step("3. 1e6-iteration loops");
 row(
   "3. 1e6-iteration loop, worker",
   "ms",
@@ -179,6 +191,7 @@ row(
 );
 
 // 4. how late a 100 ms deadline stops while(true){} (pi inline stops by interrupt budget, not deadline: not compared)
+step("4. how late a deadline stops while(true){}");
 row(
   "4. while(true) stop after deadline, worker",
   "ms",
@@ -190,6 +203,7 @@ row("4. while(true) stop after deadline, inline", "ms", await stopLateness(airIn
 // 5. throughput with 64 executions in flight (pi: one execution per client, as its worker spends ~100 ms on each).
 // Airlock's runs come first, after a pause: pi ends each execution's worker thread in the background, and 64 of those
 // ending at once would take CPU from whatever is measured next.
+step("5. throughput with 64, 32 and 128 executions in flight (the longest row)");
 await new Promise((resolve) => setTimeout(resolve, 1000));
 const trivialWorker = await throughput(airWorker, "return 1", 64, n(20_000, 3_000));
 const waiting = await throughput(airWorker, "return await tools.sleep()", 64, n(20_000, 3_000));
@@ -228,6 +242,7 @@ const mixed = [
   "await tools.echo({ a: 1 }); return 2",
   "throw new Error('x')",
 ];
+step("6. memory over 10,000 executions");
 let rss1000 = 0;
 let peak = 0;
 for (let i = 1; i <= n(10_000, 2_000); i++) {
@@ -245,4 +260,5 @@ await airInline.close();
 mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
 const report = { date: new Date().toISOString(), machine, quick, rows };
 writeFileSync(new URL("./results/latest.json", import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
+progress.done();
 console.log("wrote bench/results/latest.json");

@@ -3,7 +3,7 @@
 // with its types already erased (plain JavaScript). Run after a build: `npx tsc -p tsconfig.build.json` then
 // `node bench/strip.mjs`. Each figure comes from one fresh process, so the first call is really the first.
 import { performance } from "node:perf_hooks";
-import { median } from "./lib.mjs";
+import { median, runtime } from "./lib.mjs";
 
 const RUNS = 200;
 
@@ -72,7 +72,7 @@ const warm = measure(source);
 // The same script with its types already erased: what plain JavaScript costs.
 const js = measure(firstOutput);
 const format = (ms) => `${ms.toFixed(3)} ms`;
-console.log(`node ${process.version}, ${source.split("\n").length}-line script, ${source.length} characters`);
+console.log(`${runtime}, ${source.split("\n").length}-line script, ${source.length} characters`);
 console.log(`import airlock/source:              ${format(importMs)}`);
 console.log(`first stripTypeScript (loads amaro): ${format(firstMs)}`);
 console.log(

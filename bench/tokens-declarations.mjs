@@ -17,6 +17,7 @@ import cl100k_base from "js-tiktoken/ranks/cl100k_base";
 import o200k_base from "js-tiktoken/ranks/o200k_base";
 import { describeTool, INDEX_THRESHOLD_TOOLS, renderDeclarations } from "../dist/declarations/index.js";
 import { McpGateway } from "../dist/mcp/index.js";
+import { runtime } from "./lib.mjs";
 import { buildCatalog, catalogServers } from "./tokens-catalog.mjs";
 
 /** The reduction the gateway's form is held to against the JSON tool list. */
@@ -94,7 +95,9 @@ const rows = [
   ["  describe answer", gatewayDescribed],
 ];
 const base = tokens(json);
-console.log(`${catalog.length} tools (${groups.length} servers for the gateway), ${values.encoding} tokens\n`);
+console.log(
+  `${catalog.length} tools (${groups.length} servers for the gateway), ${values.encoding} tokens, ${runtime}\n`,
+);
 console.log(`${"form".padEnd(40)}${"tokens".padStart(9)}${"chars".padStart(10)}${"vs JSON".padStart(10)}`);
 for (const [label, text] of rows) {
   const count = tokens(text);

@@ -19,6 +19,7 @@ import cl100k_base from "js-tiktoken/ranks/cl100k_base";
 import o200k_base from "js-tiktoken/ranks/o200k_base";
 import { renderToolSignatures } from "../dist/declarations/index.js";
 import { McpGateway, McpToolset } from "../dist/mcp/index.js";
+import { runtime } from "./lib.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const modules = join(root, "node_modules", "@modelcontextprotocol");
@@ -82,7 +83,9 @@ try {
 }
 
 for (const encoding of Object.keys(encoders)) {
-  console.log(`\n${encoding} tokens a client loads to offer the tools (name, description, input schema as JSON)\n`);
+  console.log(
+    `\n${encoding} tokens a client loads to offer the tools (name, description, input schema as JSON), ${runtime}\n`,
+  );
   const header = ["servers", "tools", "direct", ...variants.map(([label]) => label)];
   const widths = [12, 6, 9, 16, 18, 17];
   console.log(header.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join(""));

@@ -1,7 +1,7 @@
-// biome-ignore-all format: the example of issue 5, kept verbatim apart from its import paths.
+// biome-ignore-all format: kept as dense as the README's governed-programs example, which it matches.
 /**
  * Governed code mode: a program adds up catalog prices through a typed tool, under a broker with permissions and a
- * budget. Build first (`npx tsc -p tsconfig.build.json`), then run `node examples/catalog-total.mjs`.
+ * budget. Run it with `node examples/catalog-total.mjs` (in a clone, after `npm install`).
  */
 
 import { Budget, defineTool, invokeTool, z } from 'airlock-codemode';

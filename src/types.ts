@@ -85,8 +85,9 @@ export interface CodemodeExecuteOptions {
   /** Values the script reads with `load(key)`; its `store()` calls come back as `result.storeWrites`. */
   store?: Readonly<Record<string, unknown>>;
   /**
-   * Called while the script runs, as things arrive on the host: each output item (text, console line, image; the same
-   * items are in `result.output`), and each tool call's start and end. A listener that throws is ignored.
+   * Called while the script runs, as things arrive on the host, in order and before the result resolves: each output
+   * item (text, console line, image; the same items are in `result.output`), and each tool call's start and end. A
+   * listener that throws is ignored.
    */
   onProgress?: (event: CodemodeProgressEvent) => void;
 }

@@ -24,7 +24,7 @@ describe("airlock run and the source format", () => {
 
   it("keeps stack lines of the script as written after the options line", async () => {
     const result = await runCli(["run", "-"], { input: '// @options: {"timeout_ms": 5000}\n\nnull.x;' });
-    expect(result.stderr).toContain("codemode.js:3:");
+    expect(result.stderr).toContain("<stdin>:3:");
   });
 
   it("runs TypeScript with --ts and refuses it without", async () => {
@@ -57,6 +57,6 @@ describe("airlock declarations", () => {
   it("needs --tools", async () => {
     const result = await runCli(["declarations"]);
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain("--tools <module> is required");
+    expect(result.stderr).toContain("--tools <module> or --config <mcp.json> is required");
   });
 });

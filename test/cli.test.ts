@@ -310,7 +310,8 @@ describe("run", () => {
     const result = await runCli(["run", "throws.js"], { cwd: dir });
     expect(result.code).toBe(1);
     expect(result.stdout).toBe("before the throw\n");
-    expect(result.stderr).toMatch(/^airlock: run failed \(script\): TypeError: bad input\n {4}at .*codemode\.js:2/);
+    expect(result.stderr).toMatch(/^airlock: run failed \(script\): TypeError: bad input\nthrows\.js:2:\d+\n/);
+    expect(result.stderr).toMatch(/\n {4}at .*\(throws\.js:2:\d+\)\n$/);
   });
 
   it("--tools: resolves the module from the cwd and gives the script its tools", async () => {
@@ -420,7 +421,12 @@ describe("run", () => {
     const parsed = JSON.parse(result.stdout);
     expect(parsed).toEqual({
       ok: false,
-      error: { kind: "script", name: "TypeError", message: "bad input", stack: expect.stringContaining("codemode.js") },
+      error: {
+        kind: "script",
+        name: "TypeError",
+        message: "bad input",
+        stack: expect.stringContaining("throws.js:2:"),
+      },
       output: [{ type: "text", text: "before the throw" }],
       calls: [],
     });

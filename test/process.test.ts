@@ -3,7 +3,6 @@
  * construction checks (no silent downgrade), and what `protections` reports. Behaviour shared with the other
  * launchers runs in sandbox/security/deterministic.test.ts through test/helpers/sandboxes.ts.
  */
-import { existsSync } from "node:fs";
 import {
   type CodemodeTool,
   IsolationUnavailableError,
@@ -13,6 +12,7 @@ import {
   REMOTE_STOP_GRACE_MS,
 } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
+import { hasSystemTool } from "./helpers/system-tools.ts";
 
 const badChild = new URL("./fixtures/process/bad-child.mjs", import.meta.url);
 const open: ProcessCodemodeSandbox[] = [];
@@ -33,7 +33,8 @@ const alive = (pid: number) => {
     return false;
   }
 };
-const linuxWithBwrap = process.platform === "linux" && existsSync("/usr/bin/bwrap");
+/** Most of these tests start children under bubblewrap; without it only the construction checks run. */
+const bwrap = hasSystemTool("bwrap");
 
 const until = async (condition: () => boolean, what: string) => {
   const started = Date.now();
@@ -43,7 +44,7 @@ const until = async (condition: () => boolean, what: string) => {
   }
 };
 
-describe("the child channel (framed, strictly validated)", () => {
+describe.runIf(bwrap)("the child channel (framed, strictly validated)", () => {
   it.each([
     ["an unknown field", "unknown-field", /broke the protocol: done has an unknown field "extra"/],
     ["an oversized frame", "oversized", /broke the protocol: a frame of 209715200 bytes is over the limit/],
@@ -162,7 +163,7 @@ describe("the child channel (framed, strictly validated)", () => {
   });
 });
 
-describe("a child killed mid-execution", () => {
+describe.runIf(bwrap)("a child killed mid-execution", () => {
   let opened = false;
   let hangCalls = 0;
   const waiting: (() => void)[] = [];
@@ -252,7 +253,7 @@ describe("a child killed mid-execution", () => {
   });
 });
 
-describe("an execution too large for one frame", () => {
+describe.runIf(bwrap)("an execution too large for one frame", () => {
   const hang: CodemodeTool = {
     name: "hang",
     execute: (_args, { signal }) =>
@@ -334,7 +335,7 @@ describe("construction: no silent downgrade", () => {
     expect(result.ok && result.value).toBe(2);
   });
 
-  it("checks its options", () => {
+  it.runIf(bwrap)("checks its options", () => {
     expect(() => make({ isolation: { limits: { processes: 2 } } })).toThrow(/processes must be at least 12/);
     expect(() => make({ isolation: { limits: { addressSpaceBytes: 1e6 } } })).toThrow(/at least 2 GiB/);
     expect(() => make({ isolation: { runtime: "docker" as "bwrap" } })).toThrow(/runtime must be/);
@@ -349,7 +350,7 @@ describe("construction: no silent downgrade", () => {
   });
 });
 
-describe.runIf(linuxWithBwrap)("protections under bwrap", () => {
+describe.runIf(bwrap)("protections under bwrap", () => {
   it("reports namespaces, the minimal root, seccomp, exec denial and rlimits", () => {
     const sandbox = make();
     const p = sandbox.protections;

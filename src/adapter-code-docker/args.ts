@@ -11,7 +11,7 @@ import { optionKeys, unknownOption } from "../options.ts";
 /** Label an image built for this adapter carries: the sha256 digest of the Airlock package it was built from. */
 export const PROVENANCE_LABEL = "dev.airlock.provenance";
 /** Where the image keeps Airlock's container entry (see the Dockerfile in the module's documentation). */
-export const CONTAINER_ENTRY = "/opt/airlock/node_modules/airlock/dist/adapter-code-docker/serve.js";
+export const CONTAINER_ENTRY = "/opt/airlock/node_modules/airlock-codemode/dist/adapter-code-docker/serve.js";
 export const CONTAINER_USER = "65534:65534";
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/;

@@ -6,6 +6,11 @@ export class UsageError extends Error {
   override name = "UsageError";
 }
 
+/** A command that could not do its work (an MCP server that did not start): one line, and exit status 1. */
+export class CommandError extends Error {
+  override name = "CommandError";
+}
+
 type Options = NonNullable<ParseArgsConfig["options"]>;
 type FlagValue<F> = F extends { type: "boolean" } ? boolean : string;
 
@@ -65,6 +70,14 @@ export function positiveInteger(flag: string, value: string, max: number, unit: 
     throw new UsageError(`${flag} must be a positive integer number of ${unit} up to ${max}, got "${value}"`);
   }
   return n;
+}
+
+/** The largest deadline a Node.js timer can hold. */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
+/** `--timeout <ms>`: a deadline a timer can hold. */
+export function timeoutFlag(value: string): number {
+  return positiveInteger("--timeout", value, MAX_TIMEOUT_MS, "milliseconds");
 }
 
 /** A flag's value that must be one of `choices`. */

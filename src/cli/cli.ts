@@ -1,7 +1,7 @@
 /** The `airlock` command line: global flags, the command table, and how usage errors are reported. */
-import { readFileSync } from "node:fs";
-import { EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError } from "./args.ts";
+import { CommandError, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError } from "./args.ts";
 import { type CliIo, type Command, commands, findCommand } from "./commands.ts";
+import { version } from "./version.ts";
 
 export function generalUsage(): string {
   const commandRows = [
@@ -27,11 +27,6 @@ ${table(optionRows)}
 
 Run "airlock help <command>" for the options of a command.
 `;
-}
-
-export function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
-  return pkg.version;
 }
 
 /** Runs the command line `argv` (without node and the script) and resolves to the exit status. */
@@ -68,6 +63,10 @@ export async function cli(argv: string[], io: CliIo): Promise<number> {
       const name = command ? `airlock ${command.name}` : "airlock";
       io.stderr(`${name}: ${error.message}\nRun "${name} --help" for usage.\n`);
       return EXIT_USAGE;
+    }
+    if (error instanceof CommandError) {
+      io.stderr(`${command ? `airlock ${command.name}` : "airlock"}: ${error.message}\n`);
+      return EXIT_FAILED;
     }
     io.stderr(`airlock: ${(error as Error)?.stack ?? String(error)}\n`);
     return EXIT_FAILED;

@@ -3,6 +3,7 @@
  * resolves to its exit status. To add one, write `src/cli/<name>.ts` exporting a `Command` and list it here.
  */
 import { declarationsCommand } from "./declarations.ts";
+import type { Progress } from "./progress.ts";
 import { runCommand } from "./run.ts";
 import { serveCommand } from "./serve.ts";
 
@@ -16,6 +17,8 @@ export interface CliIo {
   readStdin(): Promise<string>;
   /** Calls `handler` on Ctrl-C (SIGINT) until the returned function is called. */
   onInterrupt(handler: () => void): () => void;
+  /** A line of progress on stderr while long work runs, shown on a terminal only (see `progress.ts`). */
+  progress(text: string): Progress;
 }
 
 export interface Command {

@@ -3,6 +3,7 @@
 import { EXIT_FAILED } from "./args.ts";
 import { cli } from "./cli.ts";
 import type { CliIo } from "./commands.ts";
+import { startProgress } from "./progress.ts";
 
 for (const [name, stream] of [
   ["stdout", process.stdout],
@@ -37,6 +38,7 @@ const io: CliIo = {
     process.on("SIGINT", listener);
     return () => void process.off("SIGINT", listener);
   },
+  progress: (text) => startProgress(process.stderr, text),
 };
 
 const status = await cli(process.argv.slice(2), io);

@@ -8,15 +8,19 @@ import { IsolationUnavailableError, ProcessCodemodeSandbox } from "../process/in
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSandbox, InlineCodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
-import type { CodemodeOutputItem, CodemodeResult, CodemodeSandboxBaseOptions } from "../types.ts";
-import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, UsageError } from "./args.ts";
+import type {
+  CodemodeOutputItem,
+  CodemodeProgressEvent,
+  CodemodeResult,
+  CodemodeSandboxBaseOptions,
+} from "../types.ts";
+import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, timeoutFlag, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
-import { formatError, formatOutput, formatValue } from "./print.ts";
+import { connectConfig } from "./mcp-config.ts";
+import { formatError, formatOutput, formatValue, nameFrames, type ScriptSource } from "./print.ts";
 import { applyStoreWrites, readStore, type StoreObject, writeStore } from "./store.ts";
 import { loadTools } from "./tools.ts";
 
-/** The largest deadline a Node.js timer can hold. */
-const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 /** The sandbox's heap cap goes up to 4 GiB. */
 const MAX_MEMORY_MIB = 4096;
 const ISOLATIONS = ["worker", "inline", "process", "gvisor"] as const;
@@ -30,6 +34,9 @@ Pass - as the file to read the script from stdin.
 Options:
   --tools <module>     JS module whose default export is an array of tools:
                        { name, description?, inputSchema?, outputSchema?, execute(args, { signal }) }
+  --config <mcp.json>  MCP servers whose tools the script calls, in the format airlock serve reads:
+                       tool <tool> of server <server> is tools.<server>__<tool>(args)
+  --read-only          With --config, only the tools annotated readOnlyHint: true
   --timeout <ms>       Deadline of the run in milliseconds, tool calls included (default ${DEFAULT_TIMEOUT_MS})
   --memory <MiB>       Heap cap of the script's VM in MiB (default ${DEFAULT_MEMORY_LIMIT_BYTES / 1024 / 1024})
   --isolation <mode>   worker: run the VM on a worker thread (default)
@@ -47,15 +54,19 @@ A first line "// @options: {"timeout_ms": 30000, "max_output_tokens": 2000}" set
 smaller one wins when --timeout is given too) and cuts the printed output and value to that many tokens
 (o200k_base), with a note saying so (--json prints the whole result).
 
-Without --json, the output is printed in order (text and console lines, images as
-"[image <type>, <n> bytes]"), then the returned value: strings as is, other values as JSON.
-A failed run prints the error kind, message and stack to stderr.
+Without --json, the output is printed as the script produces it (text and console lines, images as
+"[image <type>, <n> bytes]"; all at the end when a max_output_tokens line must cut it), then the returned
+value: strings as is, other values as JSON.
+A failed run prints the error kind and message to stderr, with the failing line of the script and its stack.
 
-Exit status: 0 the run succeeded, 1 it failed (script error, timeout, out of memory, Ctrl-C), 2 bad usage.
+Exit status: 0 the run succeeded, 1 it failed (script error, timeout, out of memory, Ctrl-C, an MCP server
+of --config that did not start), 2 bad usage (also an empty script, or a bad config).
 `;
 
 const flags = {
   tools: { type: "string" },
+  config: { type: "string" },
+  "read-only": { type: "boolean" },
   timeout: { type: "string" },
   memory: { type: "string" },
   isolation: { type: "string" },
@@ -86,14 +97,16 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   }
   const options: CodemodeSandboxBaseOptions = {};
   if (values.timeout !== undefined) {
-    options.timeoutMs = positiveInteger("--timeout", values.timeout, MAX_TIMEOUT_MS, "milliseconds");
+    options.timeoutMs = timeoutFlag(values.timeout);
   }
   if (values.memory !== undefined) {
     options.memoryLimitBytes = positiveInteger("--memory", values.memory, MAX_MEMORY_MIB, "MiB") * 1024 * 1024;
   }
   const isolation = values.isolation === undefined ? "worker" : oneOf("--isolation", values.isolation, ISOLATIONS);
+  if (values["read-only"] && values.config === undefined) throw new UsageError("--read-only needs --config <mcp.json>");
 
   const source = await readScript(script, io);
+  const where: ScriptSource = { name: script === "-" ? "<stdin>" : script, text: source };
   let code: string;
   let maxOutputTokens: number | undefined;
   try {
@@ -104,14 +117,39 @@ async function run(argv: string[], io: CliIo): Promise<number> {
     maxOutputTokens = parsed.options.max_output_tokens;
   } catch (error) {
     if (!(error instanceof CodemodeSourceError)) throw error;
-    io.stderr(`airlock run: ${script}: ${error.message}\n`);
+    io.stderr(`airlock run: ${where.name}: ${error.message}\n`);
     return EXIT_FAILED;
   }
   if (values.ts) options.typescript = true;
   const storePath = values.store === undefined ? undefined : resolve(io.cwd, values.store);
   const store = storePath === undefined ? undefined : await readStore(storePath, values.store as string);
   if (values.tools !== undefined) options.tools = await loadTools(values.tools, io.cwd);
+  const toolset =
+    values.config === undefined
+      ? undefined
+      : await connectConfig(values.config, io, { command: "run", readOnly: values["read-only"] === true });
+  try {
+    if (toolset) options.tools = [...(options.tools ?? []), ...toolset.tools];
+    return await runScript({ isolation, options, code, maxOutputTokens, where, storePath, store }, values, io);
+  } finally {
+    await toolset?.close();
+  }
+}
 
+async function runScript(
+  run: {
+    isolation: (typeof ISOLATIONS)[number];
+    options: CodemodeSandboxBaseOptions;
+    code: string;
+    maxOutputTokens: number | undefined;
+    where: ScriptSource;
+    storePath: string | undefined;
+    store: StoreObject | undefined;
+  },
+  values: { tools?: string; config?: string; store?: string; json?: boolean },
+  io: CliIo,
+): Promise<number> {
+  const { isolation, options, code, maxOutputTokens, where, storePath, store } = run;
   let sandbox: CodemodeSandboxBase;
   try {
     sandbox =
@@ -127,17 +165,27 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   } catch (error) {
     if (error instanceof IsolationUnavailableError) throw new UsageError(`--isolation ${isolation}: ${error.message}`);
     // The flags and (by loadTools, with the same checks) the tool list were checked above; this keeps the message.
-    if (values.tools === undefined) throw error;
-    throw new UsageError(`--tools ${values.tools}: ${(error as Error).message}`);
+    if (values.tools === undefined && values.config === undefined) throw error;
+    const from = [values.tools && `--tools ${values.tools}`, values.config && `--config ${values.config}`];
+    throw new UsageError(`${from.filter(Boolean).join(" and ")}: ${(error as Error).message}`);
   }
-  const result = await execute(sandbox, code, store && { label: values.store as string, value: store }, io);
+  // Output is printed as it comes, unless it is all printed at the end: as JSON, or cut to max_output_tokens.
+  const streamed = !values.json && maxOutputTokens === undefined;
+  const onProgress = streamed
+    ? (event: CodemodeProgressEvent) => {
+        if (event.type === "output") io.stdout(formatOutput([event.item]));
+      }
+    : undefined;
+  const result = await execute(sandbox, code, store && { label: values.store as string, value: store }, io, onProgress);
 
-  if (values.json) io.stdout(`${JSON.stringify(result, null, 2)}\n`);
-  else {
-    const printed: CodemodeOutputItem[] = [...result.output];
+  if (values.json) {
+    if (!result.ok && result.error.stack) result.error.stack = nameFrames(result.error.stack, where.name);
+    io.stdout(`${JSON.stringify(result, null, 2)}\n`);
+  } else {
+    const printed: CodemodeOutputItem[] = streamed ? [] : [...result.output];
     if (result.ok && result.value !== undefined) printed.push({ type: "text", text: formatValue(result.value) });
     io.stdout(formatOutput(maxOutputTokens === undefined ? printed : await cutOutput(printed, maxOutputTokens)));
-    if (!result.ok) io.stderr(formatError(result.error));
+    if (!result.ok) io.stderr(formatError(result.error, where));
   }
   if (!result.ok) return EXIT_FAILED;
   if (storePath !== undefined && store !== undefined) {
@@ -155,8 +203,9 @@ async function run(argv: string[], io: CliIo): Promise<number> {
 
 async function readScript(file: string, io: CliIo): Promise<string> {
   const what = file === "-" ? "the script from stdin" : `script file ${file}`;
+  let text: string;
   try {
-    return file === "-" ? await io.readStdin() : await readFile(resolve(io.cwd, file), "utf8");
+    text = file === "-" ? await io.readStdin() : await readFile(resolve(io.cwd, file), "utf8");
   } catch (error) {
     const { code, message } = error as NodeJS.ErrnoException;
     if (code === "ENOENT" && file !== "-") throw new UsageError(`script file not found: ${file}`);
@@ -167,6 +216,10 @@ async function readScript(file: string, io: CliIo): Promise<string> {
         : message;
     throw new UsageError(`cannot read ${what}: ${reason}`);
   }
+  if (text.trim() === "") {
+    throw new UsageError(file === "-" ? "no script on stdin: pipe one in, or pass a file" : `${what} is empty`);
+  }
+  return text;
 }
 
 /** The printed items cut to `maxTokens` tokens of text, as the MCP gateway cuts a result, with its note. */
@@ -182,11 +235,12 @@ async function execute(
   code: string,
   store: { label: string; value: StoreObject } | undefined,
   io: CliIo,
+  onProgress: ((event: CodemodeProgressEvent) => void) | undefined,
 ): Promise<CodemodeResult> {
   const controller = new AbortController();
   const stopListening = io.onInterrupt(() => controller.abort());
   try {
-    return await sandbox.execute(code, { signal: controller.signal, store: store?.value });
+    return await sandbox.execute(code, { signal: controller.signal, store: store?.value, onProgress });
   } catch (error) {
     // execute() rejects only for arguments it cannot take; the code is a string, so it is the store.
     throw new UsageError(`--store ${store?.label}: ${(error as Error).message}`);

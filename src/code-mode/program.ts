@@ -9,6 +9,7 @@ import { optionKeys, unknownOption } from "../options.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
 import { configError } from "../tools/errors.ts";
 import { checkInteger, checkName, checkSchema, checkText, schemaDescription } from "../tools/validate.ts";
+import { functionSourceProblem } from "./function-source.ts";
 
 /** Characters of a program's source. */
 export const MAX_SOURCE_CHARS = 1024 * 1024;
@@ -143,6 +144,13 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
     throw configError(`program source may have at most ${MAX_SOURCE_CHARS} characters`);
   }
   const source = definition.source.replace(/\r\n?/g, "\n");
+  // The VM calls the source with (input, tools): a script body or a statement would fail only when run.
+  const notFunction = functionSourceProblem(source);
+  if (notFunction !== undefined) {
+    throw configError(
+      `program source must be a function expression like async (input, tools) => { ... }: ${notFunction}`,
+    );
+  }
   const input = checkSchema(definition.input, "program input") as I;
   const output = checkSchema(definition.output, "program output") as O;
   const inputSchemaId = checkName(definition.inputSchemaId, "program inputSchemaId");

@@ -17,6 +17,7 @@ import type {
   CodemodeHostCall,
   CodemodeOutcome,
   CodemodeOutputItem,
+  CodemodeProgressEvent,
   CodemodeResult,
   CodemodeStoreWrites,
   CodemodeTool,
@@ -48,6 +49,11 @@ export interface ExecutionOptions {
   onStart?: (execution: Execution) => void;
   /** Called once when the execution ended, to let the sandbox forget it. */
   onEnd: (execution: Execution) => void;
+  /**
+   * Hears each output item and each tool call's start and end as they come, in order, from promise jobs like a
+   * deterministic run's hooks (see callHook); a listener that throws is ignored (it only watches).
+   */
+  onProgress?: ((event: CodemodeProgressEvent) => void) | undefined;
 }
 
 interface OpenCall {
@@ -57,6 +63,8 @@ interface OpenCall {
   name: string;
   /** Characters of its arguments (see `held`). */
   size: number;
+  /** A tool's call (recorded in `calls`, and heard of by onProgress), not a global's. */
+  tool: boolean;
 }
 
 export class Execution {
@@ -146,13 +154,14 @@ export class Execution {
   private readonly hooks: (() => void)[] = [];
 
   /**
-   * Runs a hook of a deterministic run from a promise job, in order: once start() has returned the run the hooks may
-   * deliver to (inline, the first turn runs inside launch()), once every event that came with this one is known (a
-   * result for any call the VM issued in that turn can be delivered), and never inside deliver() (inline, a delivery
-   * runs the VM at once), so that hooks behave alike on every launcher and the stack does not grow with each call.
+   * Runs a hook (a deterministic run's, or onProgress) from a promise job, in order: once start() has returned the run
+   * the hooks may deliver to (inline, the first turn runs inside launch()), once every event that came with this one
+   * is known (a result for any call the VM issued in that turn can be delivered), and never inside deliver() (inline,
+   * a delivery runs the VM at once), so that hooks behave alike on every launcher and the stack does not grow with
+   * each call.
    * A hook that throws ends this run with an error naming it, never the host.
    */
-  private callHook(hook: "onStarted" | "onCall" | "onIdle", call: () => void): void {
+  private callHook(hook: "onStarted" | "onCall" | "onIdle" | "onProgress", call: () => void): void {
     this.hooks.push(() => {
       try {
         call();
@@ -250,6 +259,20 @@ export class Execution {
       return;
     }
     this.output.push(item);
+    this.progress({ type: "output", item });
+  }
+
+  /** Tells the progress listener, if any, in order with the hooks; what it throws is its own. */
+  private progress(event: CodemodeProgressEvent): void {
+    const listener = this.options.onProgress;
+    if (!listener) return;
+    this.callHook("onProgress", () => {
+      try {
+        listener(event);
+      } catch {
+        // A listener only watches: its failure does not touch the run.
+      }
+    });
   }
 
   private onCall(id: number, target: "tool" | "global", name: string, argsJson: string | undefined): void {
@@ -269,14 +292,31 @@ export class Execution {
       return;
     }
     const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
-    if (target === "tool") this.calls.push(record);
+    if (target === "tool") {
+      this.calls.push(record);
+      this.progress({ type: "call", name });
+    }
     if (handler.kind === "deterministic") {
-      this.open.set(id, { record, startedAt: performance.now(), controller: undefined, name, size });
+      this.open.set(id, {
+        record,
+        startedAt: performance.now(),
+        controller: undefined,
+        name,
+        size,
+        tool: target === "tool",
+      });
       this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
     }
     const tool = handler.resolve(target, name);
-    const open: OpenCall = { record, startedAt: performance.now(), controller: undefined, name, size };
+    const open: OpenCall = {
+      record,
+      startedAt: performance.now(),
+      controller: undefined,
+      name,
+      size,
+      tool: target === "tool",
+    };
     this.open.set(id, open);
     if (!tool) {
       // The VM only calls names it was configured with; a resolver may still refuse one.
@@ -332,6 +372,9 @@ export class Execution {
     this.open.delete(id);
     this.held -= call.size;
     call.record.status = status;
+    if (status !== "cancelled" && call.tool) {
+      this.progress({ type: "result", name: call.name, ok: status === "ok" });
+    }
     call.record.durationMs = performance.now() - call.startedAt;
     if (status === "cancelled") call.controller?.abort(new Error("the execution ended"));
   }

@@ -21,7 +21,6 @@ import { stripTypeScript } from "../source/typescript.ts";
 import { startTrace } from "../tracing/index.ts";
 import type {
   CodemodeExecuteOptions,
-  CodemodeProgressEvent,
   CodemodeResult,
   CodemodeRun,
   CodemodeRunOptions,
@@ -211,10 +210,7 @@ export abstract class CodemodeSandboxBase {
     const request = this.request(script, store, timeoutMs, null, view.configuration);
     // A span for the execution, and one for each tool call, when a tracer records (see tracing/).
     const trace = startTrace("airlock.execute", { "airlock.sandbox": this.constructor.name });
-    const { onProgress } = options;
-    const launcher = onProgress === undefined ? this.launcher : progressTap(this.launcher, onProgress, () => execution);
-    let execution: Execution | undefined;
-    execution = new Execution(launcher, {
+    const execution = new Execution(this.launcher, {
       request,
       handler: {
         kind: "tools",
@@ -225,6 +221,7 @@ export abstract class CodemodeSandboxBase {
       },
       signal: options.signal,
       timeoutMs,
+      onProgress: options.onProgress,
       onStart: (e) => this.executions.add(e),
       onEnd: (e) => this.executions.delete(e),
     });
@@ -437,50 +434,6 @@ export abstract class CodemodeSandboxBase {
       program: null,
     };
   }
-}
-
-/**
- * The launcher with what a run does as it happens handed to `onProgress`: each output item, and each tool call's start
- * and end, after the execution took it (it ignores what comes after its end, and so does the tap).
- */
-function progressTap(
-  launcher: Launcher,
-  onProgress: (event: CodemodeProgressEvent) => void,
-  execution: () => Execution | undefined,
-): Launcher {
-  const report = (event: CodemodeProgressEvent) => {
-    if (execution()?.finished === true) return;
-    try {
-      onProgress(event);
-    } catch {
-      // A listener's failure is its own: the run goes on.
-    }
-  };
-  return {
-    launch: (request, onEvent) => {
-      const calls = new Map<number, string>();
-      const run = launcher.launch(request, (event) => {
-        onEvent(event);
-        if (event.type === "output") report({ type: "output", item: event.item });
-        else if (event.type === "call" && event.target === "tool") {
-          calls.set(event.id, event.name);
-          report({ type: "call", name: event.name });
-        }
-      });
-      return {
-        settle: (id, outcome, seq, now) => {
-          const name = calls.get(id);
-          if (name !== undefined) {
-            calls.delete(id);
-            report({ type: "result", name, ok: outcome.ok });
-          }
-          run.settle(id, outcome, seq, now);
-        },
-        stop: (reason) => run.stop(reason),
-      };
-    },
-    close: () => launcher.close(),
-  };
 }
 
 function closedResult(): CodemodeResult {

@@ -1,4 +1,3 @@
-import { existsSync } from "node:fs";
 import {
   CodemodeSandbox,
   type CodemodeSandboxBase,
@@ -8,6 +7,10 @@ import {
   ProcessCodemodeSandbox,
 } from "airlock-codemode";
 import { warmFirst } from "../fixtures/process/warm-first.ts";
+import { hasSystemTool } from "./system-tools.ts";
+
+/** The process tier runs on Node only: under Bun its launchers are left out of the shared suites. */
+const onNode = process.versions.bun === undefined;
 
 /** Every launcher that claims the shared behaviour; each test of the shared suite runs against all of them. */
 export const launchers: {
@@ -16,8 +19,15 @@ export const launchers: {
 }[] = [
   { name: "inline", make: (options = {}) => new InlineCodemodeSandbox(options) },
   { name: "worker", make: (options = {}) => new CodemodeSandbox({ poolSize: 1, ...options }) },
-  { name: "process", make: (options = {}) => warmFirst(new ProcessCodemodeSandbox({ poolSize: 1, ...options })) },
-  ...(existsSync("/usr/bin/runsc") && process.getuid?.() === 0
+  ...(onNode && hasSystemTool("bwrap")
+    ? [
+        {
+          name: "process",
+          make: (options = {}) => warmFirst(new ProcessCodemodeSandbox({ poolSize: 1, ...options })),
+        },
+      ]
+    : []),
+  ...(onNode && hasSystemTool("runsc")
     ? [
         {
           name: "gvisor",
@@ -37,8 +47,10 @@ export const pooledLaunchers: {
   make(options?: PoolOptions): CodemodeSandboxBase & { warm(): Promise<void>; readonly poolStats: PoolStats };
 }[] = [
   { name: "worker", make: (options = {}) => new CodemodeSandbox(options) },
-  { name: "process", make: (options = {}) => warmFirst(new ProcessCodemodeSandbox(options)) },
-  ...(existsSync("/usr/bin/runsc") && process.getuid?.() === 0
+  ...(onNode && hasSystemTool("bwrap")
+    ? [{ name: "process", make: (options: PoolOptions = {}) => warmFirst(new ProcessCodemodeSandbox(options)) }]
+    : []),
+  ...(onNode && hasSystemTool("runsc")
     ? [
         {
           name: "gvisor",

@@ -1,0 +1,46 @@
+/**
+ * `--config <mcp.json>` of `run` and `declarations`: the MCP servers of a config (the format `serve` reads), connected
+ * with a line of progress on a terminal, their tools named `<server>__<tool>` as the gateway names them.
+ */
+import { resolve } from "node:path";
+import type { McpToolset } from "../mcp/index.ts";
+import { CommandError, UsageError } from "./args.ts";
+import type { CliIo } from "./commands.ts";
+import { version } from "./version.ts";
+
+/** Connects every server of the config at `spec` (relative to the current directory). Close the toolset after use. */
+export async function connectConfig(
+  spec: string,
+  io: CliIo,
+  options: { command: string; readOnly: boolean },
+): Promise<McpToolset> {
+  // The MCP SDK is loaded only here: commands without --config start without it.
+  const mcp = await import("../mcp/index.ts");
+  const warn = (text: string) => io.stderr(`airlock ${options.command}: warning: ${text}\n`);
+  let config: Awaited<ReturnType<typeof mcp.loadMcpConfig>>;
+  try {
+    config = await mcp.loadMcpConfig(resolve(io.cwd, spec), { readOnly: options.readOnly });
+  } catch (error) {
+    if (error instanceof mcp.McpConfigError) throw new UsageError(`--config ${spec}: ${error.message}`);
+    throw error;
+  }
+  for (const warning of config.warnings) warn(warning);
+  const names = config.servers.map((server) => server.name);
+  const progress = io.progress(
+    `connecting to ${names.length} MCP server${names.length === 1 ? "" : "s"} (${names.join(", ")})…`,
+  );
+  try {
+    return await mcp.connectMcpServers(config, {
+      readOnly: options.readOnly,
+      clientInfo: { name: "airlock", version: version() },
+      onWarning: warn,
+    });
+  } catch (error) {
+    if (error instanceof mcp.McpUpstreamError || error instanceof mcp.McpToolCollisionError) {
+      throw new CommandError(error.message);
+    }
+    throw error;
+  } finally {
+    progress.done();
+  }
+}

@@ -1,0 +1,36 @@
+/**
+ * The package is `airlock-codemode` (npm serves an unrelated package as `airlock`) and its command is `airlock`:
+ * every place that spells the installed package's name or path spells this one.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { CONTAINER_ENTRY } from "airlock-codemode/adapter-code-docker";
+import { describe, expect, it } from "vitest";
+import { REPO_ROOT } from "./helpers/cli.ts";
+
+const pkg = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as {
+  name: string;
+  bin: Record<string, string>;
+};
+const readme = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+
+describe("the package name", () => {
+  it("is airlock-codemode, with the airlock command", () => {
+    expect(pkg.name).toBe("airlock-codemode");
+    expect(Object.keys(pkg.bin)).toEqual(["airlock"]);
+  });
+
+  it("is where the container image installs the package, next to the entry it starts", () => {
+    // The Dockerfile in the adapter's documentation installs the tarball into /opt/airlock.
+    expect(CONTAINER_ENTRY).toBe(`/opt/airlock/node_modules/${pkg.name}/dist/adapter-code-docker/serve.js`);
+  });
+
+  it("is what the README tells a user to fetch", () => {
+    // `npx -y <name>` fetches a package by name: only this one. Plain `npx airlock` runs the installed command.
+    const fetched = [...readme.matchAll(/"-y",\s*"([^"]+)"|npx -y ([@\w./-]+)/g)].map((m) => m[1] ?? m[2]);
+    expect(fetched.length).toBeGreaterThan(0);
+    for (const name of fetched)
+      expect(name === pkg.name || name?.startsWith("@modelcontextprotocol/"), name).toBe(true);
+    expect(readme).not.toMatch(/from "airlock[/"]/);
+  });
+});
