@@ -90,7 +90,7 @@ const program = (source: string, cpuMillis = 1_000, wallTimeMillis = 10_000) =>
     },
   });
 let sequence = 0;
-const run = (signal?: AbortSignal) => ({
+const run = (signal: AbortSignal = new AbortController().signal) => ({
   runId: "r",
   executionId: `proto-${++sequence}`,
   scope: { principalId: "p" },

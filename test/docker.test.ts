@@ -75,6 +75,7 @@ const request = (source: string, input: unknown = {}) => ({
     digest: `sha256:${"c".repeat(64)}`,
     language: "javascript" as const,
     source,
+    approvedImports: [],
     limits: LIMITS,
   },
   input: input as never,

@@ -5,7 +5,7 @@
 import type { JsonValue } from "../json/index.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
 import { configError } from "../tools/errors.ts";
-import { checkName } from "../tools/validate.ts";
+import { checkId, checkName } from "../tools/validate.ts";
 import type { CodeLanguage, CodeProgramLimits } from "./program.ts";
 
 /**
@@ -43,6 +43,8 @@ export interface SandboxProgram {
   readonly digest: string;
   readonly language: CodeLanguage;
   readonly source: string;
+  /** Bare package specifiers the program may import; a sandbox that cannot provide them answers `unsupported_program`. */
+  readonly approvedImports: readonly string[];
   readonly limits: CodeProgramLimits;
 }
 
@@ -70,9 +72,10 @@ export interface ProgramErrorInfo {
 }
 
 /**
- * A sandbox's answer. On success, give the output as a value or, if the sandbox has it as JSON text, as
- * `outputJson` (its size is then checked before it is parsed). On failure, give a reason and, when the program itself
- * threw, `programError`.
+ * A sandbox's answer, as plain data with exactly these fields. On success, give the output as a value or, if the
+ * sandbox has it as JSON text, as `outputJson` (its size is then checked before it is parsed). On failure, give a
+ * reason and, when the program itself threw, `programError` (two strings; kept only with `program_error`). Anything
+ * else (an unknown reason, another field, a getter, a success that also gives a reason) is read as a failed sandbox.
  */
 export type SandboxResult =
   | { readonly status: "succeeded"; readonly output: unknown }
@@ -121,7 +124,7 @@ export function makeSandboxAdapter<X extends object>(
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineSandboxAdapter needs { id, version, qualification, isAvailable, execute }");
   }
-  const id = checkName(definition.id, "adapter id");
+  const id = checkId(definition.id, "adapter id");
   const version = checkName(definition.version, "adapter version");
   const { qualification, isAvailable, execute } = definition;
   if (qualification !== "production" && qualification !== "test") {

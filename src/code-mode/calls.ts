@@ -4,7 +4,8 @@
  * waits for a slot under maxToolConcurrency, goes to the host's broker with the trusted context, and its outcome is
  * read once and handed to the program as a JSON copy within the execution's response budget. A call whose outcome
  * cannot be known (the broker threw, answered something unreadable, or did not settle in time after the execution
- * ended) is counted as unknown.
+ * ended) is counted as unknown. Once the execution was stopped or ended, a retained bridge answers every call with the
+ * stop's code (TIMEOUT, CANCELLED, LIMIT_EXCEEDED) or CONFLICT, and nothing reaches the broker.
  */
 import { type JsonValue, tryCopyJson } from "../json/index.ts";
 import type { AnyTool, Scope } from "../tools/define.ts";
@@ -72,7 +73,8 @@ export const callResult = (code: ErrorCode, message: string): ToolCallResult =>
 
 export class ToolCalls {
   readonly usage: CallUsage = { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0 };
-  private ended = false;
+  /** Why no call starts any more: the execution's stop, or its end. */
+  private closed: ToolCallResult | undefined;
   private readonly giveUp: Promise<void>;
   private startGiveUp!: () => void;
   private giveUpTimer: ReturnType<typeof setTimeout> | undefined;
@@ -92,21 +94,24 @@ export class ToolCalls {
     });
   }
 
+  /** No call starts from now on: each is answered with `code` (the first close wins). */
+  close(code: ErrorCode, message: string): void {
+    this.closed ??= callResult(code, message);
+  }
+
   /**
-   * No call starts from now on; resolves once every call started has settled, or was given up as unknown after
-   * `CALL_SETTLE_GRACE_MS`.
+   * The execution ended: no call starts from now on (CONFLICT, unless it was stopped); resolves once every call
+   * started has settled, or was given up as unknown after `CALL_SETTLE_GRACE_MS`.
    */
   async end(): Promise<void> {
-    this.ended = true;
+    this.close("CONFLICT", "the execution has ended; it accepts no more tool calls");
     this.startGiveUp();
     await Promise.all([...this.pending]);
     if (this.giveUpTimer !== undefined) clearTimeout(this.giveUpTimer);
   }
 
   call(toolId: unknown, rawInput: unknown, callSignal?: AbortSignal): Promise<ToolCallResult> {
-    if (this.ended || this.options.signal.aborted) {
-      return Promise.resolve(callResult("CANCELLED", "the execution has ended"));
-    }
+    if (this.closed !== undefined) return Promise.resolve(this.closed);
     const limits = this.options.program.limits;
     this.attempts += 1;
     if (this.attempts > limits.maxToolCalls) {
@@ -125,13 +130,13 @@ export class ToolCalls {
     if (caller !== undefined && !caller.has(tool)) {
       return Promise.resolve(callResult("PERMISSION_DENIED", "the tool is not available to this caller"));
     }
+    // Refused before the broker: not JSON, over maxToolInputBytes, or a `__proto__` key.
     const copied = tryCopyJson(rawInput, { maxBytes: limits.maxToolInputBytes }, { freeze: true });
     if (!copied.ok) {
-      const { code, message } = copied.error;
       return Promise.resolve(
         callResult(
-          code,
-          `the tool input was refused (limit maxToolInputBytes ${limits.maxToolInputBytes}): ${message}`,
+          "INVALID_INPUT",
+          `the tool input was refused (limit maxToolInputBytes ${limits.maxToolInputBytes}): ${copied.error.message}`,
         ),
       );
     }
@@ -216,11 +221,9 @@ export class ToolCalls {
   }
 
   private overBudget(): ToolCallResult {
-    this.options.stop(
-      "LIMIT_EXCEEDED",
-      `tool results passed the execution's response budget of ${this.options.resultBudget} bytes`,
-    );
-    return callResult("CANCELLED", "the execution was stopped");
+    const message = `tool results passed the execution's response budget of ${this.options.resultBudget} bytes`;
+    this.options.stop("LIMIT_EXCEEDED", message);
+    return callResult("LIMIT_EXCEEDED", message);
   }
 
   /** Checks the broker's outcome and hands the program a JSON copy, within the response budget. */
@@ -249,10 +252,7 @@ export class ToolCalls {
       this.usage.knownCostMicros += recorded?.spentMicros ?? tool.costMicros;
       if (!copied.ok) {
         if (copied.error.rule === "bytes") return this.overBudget();
-        return callResult(
-          copied.error.code === "LIMIT_EXCEEDED" ? "LIMIT_EXCEEDED" : "INVALID_OUTPUT",
-          `the tool's output was refused: ${copied.error.message}`,
-        );
+        return callResult("INVALID_OUTPUT", `the tool's output was refused: ${copied.error.message}`);
       }
       this.resultBytes += copied.json.bytes;
       return Object.freeze({ status: "succeeded" as const, output: copied.json.value });

@@ -28,7 +28,14 @@ import {
 } from "./adapter.ts";
 import { type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";
 import { EXECUTION_ID_MEMORY, ExecutionIds } from "./execution-ids.ts";
-import { type CodeExecutionOutcome, type CodeUsage, clipProgramError, failed, outcomeOfAnswer } from "./outcome.ts";
+import {
+  type AdmittedAnswer,
+  admitAnswer,
+  type CodeExecutionOutcome,
+  type CodeUsage,
+  failed,
+  outcomeOfAnswer,
+} from "./outcome.ts";
 import { type AnyCodeProgram, type CodeProgram, isCodeProgram } from "./program.ts";
 
 /** Time an adapter has to return after the executor stopped its execution, before the executor stops waiting. */
@@ -51,7 +58,8 @@ export interface CodeExecuteOptions {
   executionId: string;
   /** Trusted: whose data the tools touch. The program cannot see or change it. */
   scope: Scope;
-  signal?: AbortSignal;
+  /** Required: ends the execution (CANCELLED) when it aborts. Pass `AbortSignal.timeout(ms)` for a deadline. */
+  signal: AbortSignal;
   /** The caller's tool set (`registry.for(caller)`): program tools outside it are PERMISSION_DENIED. */
   caller?: CallerTools;
 }
@@ -135,7 +143,7 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
       if (!isCodeProgram(program))
         return refuse("INVALID_CONFIG", "execute accepts only programs made by defineCodeProgram");
       if (typeof executeOptions !== "object" || executeOptions === null) {
-        return refuse("INVALID_CONFIG", "execute needs options { runId, executionId, scope }");
+        return refuse("INVALID_CONFIG", "execute needs options { runId, executionId, scope, signal }");
       }
       const unknownKey = unknownOption(executeOptions, "execute", EXECUTE_KEYS);
       if (unknownKey !== undefined) return refuse("INVALID_CONFIG", unknownKey);
@@ -197,10 +205,11 @@ class Execution {
     return failed(code, message, undefined, this.snapshot());
   }
 
-  /** Ends the run early with `code`; the first stop wins. */
+  /** Ends the run early with `code`; the first stop wins. A bridge the program kept answers its calls with `code`. */
   private stop(code: ErrorCode, message: string): void {
     if (this.stopCause !== undefined || this.ended) return;
     this.stopCause = { code, message };
+    this.calls?.close(code, `${message}; the execution accepts no more tool calls`);
     this.controller.abort();
   }
 
@@ -212,8 +221,9 @@ class Execution {
     if (scope === undefined) {
       return this.fail("INVALID_CONFIG", "scope must be a small JSON object with a non-empty string principalId");
     }
-    if (signal !== undefined && !(signal instanceof AbortSignal)) {
-      return this.fail("INVALID_CONFIG", "signal must be an AbortSignal");
+    if (!(signal instanceof AbortSignal)) {
+      // Required, as in Mayura: an execution nobody can cancel would hold its tools until its wall-clock limit.
+      return this.fail("INVALID_CONFIG", "execute options need signal to be an AbortSignal");
     }
     if (caller !== undefined && !isCallerTools(caller)) {
       return this.fail("INVALID_CONFIG", "caller must be a tool set made by registry.for()");
@@ -231,12 +241,11 @@ class Execution {
     });
     this.calls = calls;
 
-    // ---- input ----
+    // ---- input: JSON within maxInputBytes (no `__proto__` keys), then the input schema ----
     if (!copied.ok) {
-      const { code, message } = copied.error;
       return this.fail(
-        code,
-        `the program input was refused (limit maxInputBytes ${program.limits.maxInputBytes}): ${message}`,
+        "INVALID_INPUT",
+        `the program input was refused (limit maxInputBytes ${program.limits.maxInputBytes}): ${copied.error.message}`,
       );
     }
     const parsed = await parseWithSchema(program.input, copied.json.value);
@@ -244,7 +253,7 @@ class Execution {
     const input = tryCopyJson(parsed.value, { maxBytes: program.limits.maxInputBytes }, { freeze: true });
     if (!input.ok)
       return this.fail("INVALID_INPUT", "the program's input schema produced a value that is not JSON within limits");
-    if (signal?.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
+    if (signal.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
 
     // ---- the adapter: never a fallback to the host ----
     const available = await this.availability();
@@ -254,24 +263,25 @@ class Execution {
         "the sandbox adapter is not available; Airlock never runs a program outside its sandbox",
       );
     }
-    if (signal?.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
+    if (signal.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
 
     // ---- the run ----
     const onAbort = () => this.stop("CANCELLED", "the caller cancelled the execution");
-    signal?.addEventListener("abort", onAbort, { once: true });
+    signal.addEventListener("abort", onAbort, { once: true });
     const wall = setTimeout(
       () =>
         this.stop("TIMEOUT", `the execution passed its limit wallTimeMillis of ${program.limits.wallTimeMillis} ms`),
       program.limits.wallTimeMillis,
     );
-    let result: SandboxResult | undefined;
-    let adapterFailed = false;
+    // Read once, as soon as it comes: what the program returned, or why it failed.
+    let answer: AdmittedAnswer | undefined;
     const sandboxProgram: SandboxProgram = Object.freeze({
       id: program.id,
       version: program.version,
       digest: program.digest,
       language: program.language,
       source: program.source,
+      approvedImports: program.approvedImports,
       limits: program.limits,
     });
     const bridge: SandboxToolsBridge = Object.freeze({
@@ -305,23 +315,22 @@ class Execution {
         if (this.controller.signal.aborted) onStop();
         else this.controller.signal.addEventListener("abort", onStop, { once: true });
       });
-      const answer = await Promise.race([running.then((value) => ({ value }) as const), stopped]);
-      if (answer === "stopped") adapterFailed = true;
-      else result = answer.value;
+      const settled = await Promise.race([running.then((value) => ({ value }) as const), stopped]);
+      if (settled !== "stopped") answer = admitAnswer(settled.value);
     } catch {
-      adapterFailed = true;
+      answer = undefined;
     } finally {
       clearTimeout(wall);
       if (onStop !== undefined) this.controller.signal.removeEventListener("abort", onStop);
       stopWait?.cancel();
-      signal?.removeEventListener("abort", onAbort);
+      signal.removeEventListener("abort", onAbort);
     }
 
     // ---- every call settles (or is given up as unknown) before the outcome ----
     this.ended = true;
     this.controller.abort();
     await calls.end();
-    return this.decide(result, adapterFailed);
+    return this.decide(answer);
   }
 
   private async availability(): Promise<boolean> {
@@ -338,10 +347,10 @@ class Execution {
     }
   }
 
-  private decide(result: SandboxResult | undefined, adapterFailed: boolean): Promise<CodeExecutionOutcome<unknown>> {
+  /** The outcome, in the order of precedence of the module's documentation. */
+  private decide(answer: AdmittedAnswer | undefined): Promise<CodeExecutionOutcome<unknown>> {
     if (this.snapshot().unknownCalls > 0) {
-      const programError =
-        result !== undefined && result.status === "failed" ? clipProgramError(result.programError) : undefined;
+      const programError = answer?.status === "failed" ? answer.programError : undefined;
       return Promise.resolve(
         failed(
           "OUTCOME_UNKNOWN",
@@ -352,6 +361,6 @@ class Execution {
       );
     }
     if (this.stopCause !== undefined) return Promise.resolve(this.fail(this.stopCause.code, this.stopCause.message));
-    return outcomeOfAnswer(this.program, result, adapterFailed, () => this.snapshot());
+    return outcomeOfAnswer(this.program, answer, () => this.snapshot());
   }
 }
