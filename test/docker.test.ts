@@ -49,6 +49,11 @@ function fakeDocker(inspect: unknown): { path: string; calls: () => string[][] }
   return { path, calls };
 }
 
+/** Resolves once `done()` holds, checking every 20 ms (a test's own timeout bounds it). */
+async function until(done: () => boolean): Promise<void> {
+  while (!done()) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
 const goodImage = { Id: IMAGE, Config: { Labels: { [PROVENANCE_LABEL]: PROVENANCE } } };
 const options = (dockerPath: string, extra: Partial<DockerSandboxOptions> = {}): DockerSandboxOptions => ({
   dockerPath,
@@ -232,13 +237,13 @@ describe("the adapter end to end (the stand-in serves the container entry)", () 
     const failing = await adapter.execute(request("async () => { throw new TypeError('nope'); }"));
     expect(failing).toMatchObject({ status: "failed", reason: "program_error", programError: { name: "TypeError" } });
     await adapter.close();
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    const calls = docker.calls();
-    const run = calls.find((argv) => argv.includes("run")) as string[];
+    const run = docker.calls().find((argv) => argv.includes("run")) as string[];
     expect(run).toContain("--runtime=runsc");
     expect(run.at(-2)).toBe(IMAGE);
     const name = run[run.indexOf("--name") + 1];
-    expect(calls).toContainEqual(["kill", name]);
+    // The kill is a CLI process of its own, recorded once the stand-in has started.
+    await until(() => docker.calls().some((argv) => argv[0] === "kill"));
+    expect(docker.calls()).toContainEqual(["kill", name]);
   });
 });
 

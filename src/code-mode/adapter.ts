@@ -104,11 +104,24 @@ export interface SandboxAdapter {
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
 }
 
+/**
+ * Why one of Airlock's own adapters cannot run programs now, in Airlock's own words (a promotion that expired, an
+ * image that does not verify), or undefined when it can. The executor puts the reason in its UNSUPPORTED_PROFILE
+ * message; an adapter of your own only answers `isAvailable()` (its text is not Airlock's).
+ */
+export type AvailabilityCheck = () => Promise<string | undefined>;
+
 const adapters = new WeakSet<object>();
+const availabilityChecks = new WeakMap<object, AvailabilityCheck>();
 
 /** True only for adapters made by `defineSandboxAdapter` or Airlock's own adapter factories. */
 export function isSandboxAdapter(value: unknown): value is SandboxAdapter {
   return typeof value === "object" && value !== null && adapters.has(value);
+}
+
+/** The availability check of one of Airlock's own adapters that can say why it is unavailable. */
+export function availabilityCheckOf(adapter: SandboxAdapter): AvailabilityCheck | undefined {
+  return availabilityChecks.get(adapter);
 }
 
 /** Wraps a sandbox of your own. Declare `production` only for a sandbox whose guarantees you documented and tested. */
@@ -116,10 +129,11 @@ export function defineSandboxAdapter(definition: SandboxAdapterDefinition): Sand
   return makeSandboxAdapter(definition, {});
 }
 
-/** Airlock's own factories add their extra members (such as `close()`) here. */
+/** Airlock's own factories add their extra members (such as `close()`) here, and a check that says why not. */
 export function makeSandboxAdapter<X extends object>(
   definition: SandboxAdapterDefinition,
   extra: X,
+  check?: AvailabilityCheck,
 ): SandboxAdapter & X {
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineSandboxAdapter needs { id, version, qualification, isAvailable, execute }");
@@ -142,5 +156,6 @@ export function makeSandboxAdapter<X extends object>(
     execute: (request: SandboxExecuteRequest) => execute.call(definition, request),
   });
   adapters.add(adapter);
+  if (check !== undefined) availabilityChecks.set(adapter, check);
   return adapter;
 }

@@ -20,6 +20,7 @@ import { copyScope, isId, MAX_ID_CHARS } from "../tools/invoke.ts";
 import { type CallerTools, isCallerTools } from "../tools/registry.ts";
 import { parseWithSchema } from "../tools/validate.ts";
 import {
+  availabilityCheckOf,
   isSandboxAdapter,
   type SandboxAdapter,
   type SandboxProgram,
@@ -256,11 +257,11 @@ class Execution {
     if (signal.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
 
     // ---- the adapter: never a fallback to the host ----
-    const available = await this.availability();
-    if (!available) {
+    const unavailable = await this.unavailability();
+    if (unavailable !== undefined) {
       return this.fail(
         "UNSUPPORTED_PROFILE",
-        "the sandbox adapter is not available; Airlock never runs a program outside its sandbox",
+        `the sandbox adapter is not available${unavailable === "" ? "" : ` (${unavailable})`}; Airlock never runs a program outside its sandbox`,
       );
     }
     if (signal.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
@@ -333,15 +334,27 @@ class Execution {
     return this.decide(answer);
   }
 
-  private async availability(): Promise<boolean> {
+  /**
+   * Undefined when the adapter can run the program now; otherwise why not: Airlock's own adapters say why, in
+   * Airlock's words, and any other gives "".
+   */
+  private async unavailability(): Promise<string | undefined> {
     let timer: ReturnType<typeof setTimeout> | undefined;
+    const check = availabilityCheckOf(this.adapter);
     try {
-      const timeout = new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(false), AVAILABILITY_TIMEOUT_MS);
+      const timeout = new Promise<string>((resolve) => {
+        timer = setTimeout(
+          () => resolve(`it did not say within ${AVAILABILITY_TIMEOUT_MS} ms whether it is available`),
+          AVAILABILITY_TIMEOUT_MS,
+        );
       });
-      return (await Promise.race([Promise.resolve(this.adapter.isAvailable()), timeout])) === true;
+      const answer =
+        check !== undefined
+          ? check()
+          : Promise.resolve(this.adapter.isAvailable()).then((ok) => (ok === true ? undefined : ""));
+      return await Promise.race([answer, timeout]);
     } catch {
-      return false;
+      return "";
     } finally {
       clearTimeout(timer);
     }
