@@ -3,7 +3,6 @@ import {
   createQuickJsProtocolAdapter,
   QUICKJS_PROTOCOL,
   QUICKJS_PROTOCOL_VERSION,
-  type QuickJsHostMessage,
   type QuickJsProtocolTransport,
   type QuickJsVmMessage,
   serveQuickJsProtocol,
@@ -16,47 +15,11 @@ import {
 } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
 import { echoTool } from "./helpers/code-mode.ts";
+import { doneMessage, fakeLaunch, readyOf, stoppedMessage } from "./helpers/fake-vm-side.ts";
 import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";
 
 const children: ChildRecord[] = [];
 const launchChild = () => launchVmSideChild(children);
-
-/** A VM side written by the test: `answer` sees every host message and may reply. */
-function fakeLaunch(
-  answer: (message: QuickJsHostMessage, reply: (message: unknown) => void) => void,
-  hello?: unknown,
-  helloDelayMs = 1,
-) {
-  const state = { launches: 0, closes: 0, runsSent: 0, sent: [] as QuickJsHostMessage[] };
-  const launch = (): QuickJsProtocolTransport => {
-    state.launches++;
-    let deliver: (message: unknown) => void = () => {};
-    const reply = (message: unknown) => setTimeout(() => deliver(message), 1);
-    const ready = { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, engine: 1 };
-    setTimeout(() => deliver(hello ?? ready), helloDelayMs);
-    return {
-      send: (message) => {
-        state.sent.push(message);
-        if (message.type === "run") state.runsSent++;
-        answer(message, reply);
-      },
-      onMessage: (handler) => {
-        deliver = handler;
-      },
-      close: () => {
-        state.closes++;
-      },
-    };
-  };
-  return { state, launch };
-}
-
-/** A `done` message of a run that returned `value` (the program wrapper's `{ j }` envelope). */
-const doneMessage = (exec: number, value: unknown) => ({
-  type: "done",
-  exec,
-  result: { ok: true, value: JSON.stringify({ j: JSON.stringify(value) }), writes: undefined, cpuMs: 0, during: null },
-});
 
 const echo = echoTool(0);
 const broker: CodeModeInvokeTool = (tool, input, context) =>
@@ -98,20 +61,6 @@ const run = (signal: AbortSignal = new AbortController().signal) => ({
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-/** A handshake of engine `engine` (2 sends `busy`; 1 is the version before it, which the host still takes). */
-const readyOf = (engine: number) => ({
-  type: "ready",
-  protocol: QUICKJS_PROTOCOL,
-  version: QUICKJS_PROTOCOL_VERSION,
-  engine,
-});
-/** A `done` message of a run the VM side stopped. */
-const stoppedMessage = (exec: number, reason: "aborted" | "timeout") => ({
-  type: "done",
-  exec,
-  result: { ok: false, error: { kind: reason, message: "stopped" }, cpuMs: 0, during: null },
-});
-
 describe("the QuickJS protocol adapter", () => {
   const adapter = createQuickJsProtocolAdapter({ id: "child-process", version: "1", launch: launchChild });
   afterAll(() => adapter.close());

@@ -559,7 +559,7 @@ describe("execution outcomes", () => {
     expect(contexts).toHaveLength(1);
     const [context] = contexts;
     expect(context?.runId).toBe("r-ctx");
-    expect(context?.callId).toBe("e-ctx:1");
+    expect(context?.callId).toBe("e-ctx:code:1");
     expect(context?.programDigest).toBe(program.digest);
     expect(context?.scope).toEqual(SCOPE);
     expect(Object.isFrozen(context?.scope)).toBe(true);
@@ -591,7 +591,7 @@ describe("hostile brokers, callers and programs", () => {
 
   it("refuses an executionId whose call ids would be too long, instead of failing every call", async () => {
     const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 1 })).status`);
-    const longest = 256 - 1 - String(LIMITS.maxToolCalls).length;
+    const longest = 256 - ":code:".length - String(LIMITS.maxToolCalls).length;
     const refused = await mode.execute(program, {}, run({ executionId: "x".repeat(longest + 1) }));
     expect(refused).toMatchObject({ status: "failed", error: { code: "INVALID_CONFIG" } });
     if (refused.status !== "succeeded") expect(refused.error.message).toContain(`1-${longest} characters`);
@@ -606,7 +606,7 @@ describe("hostile brokers, callers and programs", () => {
     const pending = spy.execute(program, {}, options);
     Object.assign(options, { runId: 42, executionId: { not: "a string" } });
     expect(await pending).toMatchObject({ status: "succeeded", output: "succeeded" });
-    expect(contexts[0]).toMatchObject({ runId: "r-once", callId: `${`once-${sequence}`}:1` });
+    expect(contexts[0]).toMatchObject({ runId: "r-once", callId: `${`once-${sequence}`}:code:1` });
   });
 
   it("fails a program that overran cpuMillis inside one long built-in, even if it then finished", async () => {
@@ -784,18 +784,14 @@ describe("adapters", () => {
     ).toBe("UNSUPPORTED_PROFILE");
   });
 
-  it("maps every failure reason of defineSandboxAdapter to a public code", async () => {
+  // Each failure reason's code is a Mayura case (test/compat/mayura/code-mode.test.ts); these are Airlock's outputJson.
+  it("takes a sandbox's output as JSON text too, checked before it is parsed", async () => {
     const cases: [SandboxResult, string][] = [
       [{ status: "succeeded", output: { a: 1 } }, "OK"],
       [{ status: "succeeded", outputJson: '{"a":1}' }, "OK"],
       [{ status: "succeeded", outputJson: "{not json" }, "INVALID_OUTPUT"],
-      [{ status: "failed", reason: "program_error", programError: { name: "E", message: "m" } }, "TOOL_FAILED"],
-      [{ status: "failed", reason: "cpu_limit" }, "LIMIT_EXCEEDED"],
-      [{ status: "failed", reason: "memory_limit" }, "LIMIT_EXCEEDED"],
-      [{ status: "failed", reason: "invalid_output" }, "INVALID_OUTPUT"],
-      [{ status: "failed", reason: "unsupported_program" }, "UNSUPPORTED_PROFILE"],
-      [{ status: "failed", reason: "sandbox_error" }, "TOOL_FAILED"],
-      [{ status: "failed" }, "TOOL_FAILED"],
+      [{ status: "succeeded", outputJson: JSON.stringify("x".repeat(LIMITS.maxOutputBytes)) }, "INVALID_OUTPUT"],
+      [{ status: "succeeded", outputJson: 42 } as unknown as SandboxResult, "TOOL_FAILED"],
       [{ status: "weird" } as unknown as SandboxResult, "TOOL_FAILED"],
     ];
     for (const [result, code] of cases) {

@@ -3,10 +3,6 @@
  * the CLI that serves Airlock's container entry itself. A real container runs only where `docker info` succeeds.
  */
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import {
   CONTAINER_ENTRY,
   checkDockerOptions,
@@ -17,44 +13,19 @@ import {
   runArgs,
   verifyDockerImage,
 } from "airlock-codemode/adapter-code-docker";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import {
+  GOOD_IMAGE as goodImage,
+  STAND_IN_IMAGE as IMAGE,
+  STAND_IN_PROVENANCE as PROVENANCE,
+  standInFolder,
+  until,
+} from "./helpers/docker-stand-in.ts";
 
-const IMAGE = `sha256:${"a".repeat(64)}`;
-const PROVENANCE = `sha256:${"b".repeat(64)}`;
-const serveEntry = fileURLToPath(new URL("../dist/adapter-code-docker/serve.js", import.meta.url));
-const fakeModule = fileURLToPath(new URL("./fixtures/process/fake-docker.mjs", import.meta.url));
+const standIns = standInFolder();
+afterAll(() => standIns.remove());
+const fakeDocker = (inspect: unknown) => standIns.make(inspect);
 
-let dir: string;
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), "airlock-docker-"));
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-/** Writes an executable stand-in for docker; returns its path and a reader of the argv lists it recorded. */
-function fakeDocker(inspect: unknown): { path: string; calls: () => string[][] } {
-  const name = `docker-${Math.random().toString(36).slice(2)}`;
-  const path = join(dir, name);
-  const record = join(dir, `${name}.calls`);
-  writeFileSync(record, "");
-  writeFileSync(
-    path,
-    `#!${process.execPath}\nimport(${JSON.stringify(fakeModule)}).then((m) => m.main(${JSON.stringify(record)}, ${JSON.stringify(inspect)}, ${JSON.stringify(serveEntry)}, process.argv.slice(2)));\n`,
-  );
-  chmodSync(path, 0o755);
-  const calls = () =>
-    readFileSync(record, "utf8")
-      .split("\n")
-      .filter(Boolean)
-      .map((line) => JSON.parse(line) as string[]);
-  return { path, calls };
-}
-
-/** Resolves once `done()` holds, checking every 20 ms (a test's own timeout bounds it). */
-async function until(done: () => boolean): Promise<void> {
-  while (!done()) await new Promise((resolve) => setTimeout(resolve, 20));
-}
-
-const goodImage = { Id: IMAGE, Config: { Labels: { [PROVENANCE_LABEL]: PROVENANCE } } };
 const options = (dockerPath: string, extra: Partial<DockerSandboxOptions> = {}): DockerSandboxOptions => ({
   dockerPath,
   image: IMAGE,

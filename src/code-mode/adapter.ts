@@ -3,6 +3,7 @@
  * (`airlock-codemode/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
  */
 import type { JsonValue } from "../json/index.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
 import { configError } from "../tools/errors.ts";
 import { checkId, checkName } from "../tools/validate.ts";
@@ -111,6 +112,14 @@ export interface SandboxAdapter {
  */
 export type AvailabilityCheck = () => Promise<string | undefined>;
 
+const ADAPTER_DEFINITION_KEYS = optionKeys<SandboxAdapterDefinition>({
+  id: true,
+  version: true,
+  qualification: true,
+  isAvailable: true,
+  execute: true,
+});
+
 const adapters = new WeakSet<object>();
 const availabilityChecks = new WeakMap<object, AvailabilityCheck>();
 
@@ -138,6 +147,8 @@ export function makeSandboxAdapter<X extends object>(
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineSandboxAdapter needs { id, version, qualification, isAvailable, execute }");
   }
+  const unknown = unknownOption(definition, "defineSandboxAdapter", ADAPTER_DEFINITION_KEYS, "field");
+  if (unknown !== undefined) throw configError(unknown);
   const id = checkId(definition.id, "adapter id");
   const version = checkName(definition.version, "adapter version");
   const { qualification, isAvailable, execute } = definition;

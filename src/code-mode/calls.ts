@@ -20,12 +20,14 @@ import type { AnyCodeProgram } from "./program.ts";
 export const MAX_CALL_ERROR_MESSAGE_CHARS = 1_024;
 /** Default total bytes of tool results one execution may receive (never more than the program's memoryBytes). */
 export const DEFAULT_MAX_TOOL_RESULT_BYTES = 16 * 1024 * 1024;
+/** Between an execution's id and a call's number in the call's id, as in Mayura: `<executionId>:code:<n>`. */
+export const CALL_ID_INFIX = ":code:";
 /** Time the broker has to settle the calls of an execution after it ended, before they count as unknown. */
 export const CALL_SETTLE_GRACE_MS = 2_000;
 
 export interface CodeToolCallContext {
   readonly runId: string;
-  /** `<executionId>:<n>`, n counting the calls handed to the broker from 1. */
+  /** `<executionId>:code:<n>` (Mayura's form), n counting the calls handed to the broker from 1. */
   readonly callId: string;
   readonly executionId: string;
   /** The trusted scope the host passed to `execute()`, deep-frozen. */
@@ -180,7 +182,7 @@ export class ToolCalls {
       this.usage.toolCalls += 1;
       const context: CodeToolCallContext = Object.freeze({
         runId: options.runId,
-        callId: `${options.executionId}:${this.usage.toolCalls}`,
+        callId: `${options.executionId}${CALL_ID_INFIX}${this.usage.toolCalls}`,
         executionId: options.executionId,
         scope: options.scope,
         signal,

@@ -27,7 +27,7 @@ import {
   type SandboxResult,
   type SandboxToolsBridge,
 } from "./adapter.ts";
-import { type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";
+import { CALL_ID_INFIX, type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";
 import { EXECUTION_ID_MEMORY, ExecutionIds } from "./execution-ids.ts";
 import {
   type AdmittedAnswer,
@@ -151,12 +151,12 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
       // Read once: the caller changing its object later (or a getter answering differently) changes nothing.
       const options: CodeExecuteOptions = { ...executeOptions };
       const { executionId } = options;
-      // Call ids are `${executionId}:${n}` and must be ids too.
-      const maxChars = MAX_ID_CHARS - 1 - String(program.limits.maxToolCalls).length;
+      // Call ids are `${executionId}:code:${n}` and must be ids too.
+      const maxChars = MAX_ID_CHARS - CALL_ID_INFIX.length - String(program.limits.maxToolCalls).length;
       if (!isId(executionId) || executionId.length > maxChars) {
         return refuse(
           "INVALID_CONFIG",
-          `executionId must be a string of 1-${maxChars} characters (its call ids, executionId:n, have at most ${MAX_ID_CHARS})`,
+          `executionId must be a string of 1-${maxChars} characters (its call ids, executionId${CALL_ID_INFIX}n, have at most ${MAX_ID_CHARS})`,
         );
       }
       if (!ids.claim(executionId)) {
