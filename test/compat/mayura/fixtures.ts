@@ -111,33 +111,31 @@ export interface CompatAdapter {
   make(): ClosableSandboxAdapter;
 }
 
-/** The Docker stand-in's files and the image root it serves from, made on first use and removed by `cleanUp()`. */
-let dockerFiles: { standIns: ReturnType<typeof standInFolder>; context: string } | undefined;
+/** The Docker stand-in and the image root it serves from, made on first use and removed by `cleanUp()`. */
+let docker: { standIns: ReturnType<typeof standInFolder>; context: string; path: string } | undefined;
 
 function dockerStandInAdapter(): ClosableSandboxAdapter {
-  if (dockerFiles === undefined) {
+  if (docker === undefined) {
     const context = mkdtempSync(join(tmpdir(), "airlock-image-"));
     const { root } = writeDockerBuildContext(context);
-    dockerFiles = { standIns: standInFolder(), context };
+    const standIns = standInFolder();
+    // The stand-in runs the entry where the image keeps it, inside the root the build context holds.
     const entry = join(root, CONTAINER_ENTRY.slice(CONTAINER_ROOT.length + 1));
-    const standIn = dockerFiles.standIns.make(GOOD_IMAGE, entry);
-    dockerPath = standIn.path;
+    docker = { standIns, context, path: standIns.make(GOOD_IMAGE, entry).path };
   }
   return createDockerQuickJsSandboxAdapter({
-    dockerPath: dockerPath as string,
+    dockerPath: docker.path,
     image: STAND_IN_IMAGE,
     provenance: STAND_IN_PROVENANCE,
   });
 }
-let dockerPath: string | undefined;
 
 /** Removes the Docker stand-in's files, if they were made. */
 export function cleanUp(): void {
-  if (dockerFiles === undefined) return;
-  dockerFiles.standIns.remove();
-  rmSync(dockerFiles.context, { recursive: true, force: true });
-  dockerFiles = undefined;
-  dockerPath = undefined;
+  if (docker === undefined) return;
+  docker.standIns.remove();
+  rmSync(docker.context, { recursive: true, force: true });
+  docker = undefined;
 }
 
 /** Every adapter that claims the QuickJS behaviours of Mayura's adapter suite. */
