@@ -239,7 +239,11 @@ describe.each(ADAPTERS)("$name", (compat) => {
             limited: outcomes.filter((outcome) => outcome.error && outcome.error.code === "LIMIT_EXCEEDED").length,
           };
         }`,
-        { tools: [double], limits: { cpuMillis: 5_000, memoryBytes: 64 * 1024 * 1024, maxToolConcurrency: 4 } },
+        // 20,000 calls are real work for the VM and the host: limits that let them finish on a busy machine.
+        {
+          tools: [double],
+          limits: { cpuMillis: 5_000, wallTimeMillis: 20_000, memoryBytes: 64 * 1024 * 1024, maxToolConcurrency: 4 },
+        },
       );
       expect(outcome).toMatchObject({ status: "succeeded", output: { value: 4, limited: 19_996 } });
       expect(seen).toHaveLength(4);
