@@ -65,7 +65,12 @@ const mode = createCodeMode({
 afterAll(() => adapter.close());
 
 let sequence = 0;
-const run = () => ({ runId: "fuzz", executionId: `fuzz-${++sequence}`, scope: { principalId: "fuzzer" } });
+const run = () => ({
+  runId: "fuzz",
+  executionId: `fuzz-${++sequence}`,
+  scope: { principalId: "fuzzer" },
+  signal: new AbortController().signal,
+});
 
 function prng(seed: number): () => number {
   let a = seed >>> 0;
@@ -198,16 +203,16 @@ function hostValue(random: () => number): { value: unknown; fault?: string } {
   const value = build(0, 1 + int(20));
   switch (int(6)) {
     case 0:
-      return { value: { value, bad: 1n }, fault: "INVALID_JSON" };
+      return { value: { value, bad: 1n }, fault: "INVALID_INPUT" };
     case 1:
-      return { value: { value, bad: JSON.parse('{"__proto__": 1}') }, fault: "INVALID_JSON" };
+      return { value: { value, bad: JSON.parse('{"__proto__": 1}') }, fault: "INVALID_INPUT" };
     case 2: {
       let deep: unknown = value;
       for (let i = 0; i < MAX_JSON_DEPTH + 1; i++) deep = [deep];
-      return { value: deep, fault: "LIMIT_EXCEEDED" };
+      return { value: deep, fault: "INVALID_INPUT" };
     }
     case 3:
-      return { value: { value, pad: "p".repeat(LIMITS.maxInputBytes) }, fault: "LIMIT_EXCEEDED" };
+      return { value: { value, pad: "p".repeat(LIMITS.maxInputBytes) }, fault: "INVALID_INPUT" };
     default:
       return { value };
   }
@@ -228,7 +233,7 @@ describe("fuzz of the sandbox boundary", () => {
       } else {
         const json = JSON.parse(JSON.stringify(value)) as JsonValue;
         const bytes = Buffer.byteLength(JSON.stringify({ value: json }));
-        const expected = bytes <= LIMITS.maxToolInputBytes ? { value: json } : { code: "LIMIT_EXCEEDED" };
+        const expected = bytes <= LIMITS.maxToolInputBytes ? { value: json } : { code: "INVALID_INPUT" };
         expect(outcome, `seed ${seed}`).toMatchObject({ status: "succeeded", output: expected });
       }
       checked++;

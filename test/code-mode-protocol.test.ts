@@ -3,7 +3,6 @@ import {
   createQuickJsProtocolAdapter,
   QUICKJS_PROTOCOL,
   QUICKJS_PROTOCOL_VERSION,
-  type QuickJsHostMessage,
   type QuickJsProtocolTransport,
   type QuickJsVmMessage,
   serveQuickJsProtocol,
@@ -17,54 +16,11 @@ import {
 import { afterAll, describe, expect, it } from "vitest";
 import { runConfiguration } from "../dist/engine/protocol.js";
 import { echoTool } from "./helpers/code-mode.ts";
+import { doneMessage, fakeLaunch } from "./helpers/fake-vm-side.ts";
 import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";
 
 const children: ChildRecord[] = [];
 const launchChild = () => launchVmSideChild(children);
-
-/** A VM side written by the test: `answer` sees every host message and may reply. */
-function fakeLaunch(
-  answer: (message: QuickJsHostMessage, reply: (message: unknown) => void) => void,
-  hello?: unknown,
-  helloDelayMs = 1,
-) {
-  const state = { launches: 0, closes: 0, runsSent: 0, sent: [] as QuickJsHostMessage[] };
-  const launch = (): QuickJsProtocolTransport => {
-    state.launches++;
-    let deliver: (message: unknown) => void = () => {};
-    const reply = (message: unknown) => setTimeout(() => deliver(message), 1);
-    const ready = { type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION, versions: {} };
-    setTimeout(() => deliver(hello ?? ready), helloDelayMs);
-    return {
-      send: (message) => {
-        state.sent.push(message);
-        if (message.type === "run") state.runsSent++;
-        answer(message, reply);
-      },
-      onMessage: (handler) => {
-        deliver = handler;
-      },
-      close: () => {
-        state.closes++;
-      },
-    };
-  };
-  return { state, launch };
-}
-
-/** A `done` message of a run that returned `value` (the program wrapper's `{ j }` envelope). */
-const doneMessage = (exec: number, value: unknown) => ({
-  type: "done",
-  exec,
-  result: {
-    ok: true,
-    reason: "returned",
-    value: JSON.stringify({ j: JSON.stringify(value) }),
-    writes: undefined,
-    cpuMs: 0,
-    during: null,
-  },
-});
 
 const echo = echoTool(0);
 const broker: CodeModeInvokeTool = (tool, input, context) =>
@@ -98,7 +54,7 @@ const program = (source: string, cpuMillis = 1_000, wallTimeMillis = 10_000) =>
     },
   });
 let sequence = 0;
-const run = (signal?: AbortSignal) => ({
+const run = (signal: AbortSignal = new AbortController().signal) => ({
   runId: "r",
   executionId: `proto-${++sequence}`,
   scope: { principalId: "p" },
@@ -106,7 +62,6 @@ const run = (signal?: AbortSignal) => ({
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 describe("the QuickJS protocol adapter", () => {
   const adapter = createQuickJsProtocolAdapter({ id: "child-process", version: "1", launch: launchChild });
   afterAll(() => adapter.close());

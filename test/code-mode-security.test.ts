@@ -12,7 +12,7 @@ import {
   defineCodeProgram,
 } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
-import { echoTool } from "./helpers/code-mode.ts";
+import { echoDefinition, echoTool } from "./helpers/code-mode.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
 
 const launchChild = () => launchVmSideChild();
@@ -40,7 +40,13 @@ const LIMITS: CodeProgramLimits = {
 };
 
 let sequence = 0;
-const run = () => ({ runId: "run", executionId: `sec-${++sequence}`, scope: SCOPE });
+/** Executions the test does not cancel still pass a signal: execute requires one. */
+const run = () => ({
+  runId: "run",
+  executionId: `sec-${++sequence}`,
+  scope: SCOPE,
+  signal: new AbortController().signal,
+});
 
 type Tools = Parameters<typeof defineCodeProgram>[0]["tools"];
 function program(source: string, tools: Tools, limits: Partial<CodeProgramLimits> = {}) {
@@ -148,7 +154,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
 
   it("9: time spent waiting on slow tools does not count against the CPU limit", async () => {
     const slow = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "slow",
       execute: async ({ value }) => {
         await new Promise((resolve) => setTimeout(resolve, 150));
@@ -184,7 +190,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
       ["async () => 10n", "INVALID_OUTPUT"],
       ["async () => () => 1", "INVALID_OUTPUT"],
       ["async () => { const a = {}; a.self = a; return a; }", "INVALID_OUTPUT"],
-      ["async () => { let v = 1; for (let i = 0; i < 40; i++) v = { v }; return v; }", "LIMIT_EXCEEDED"],
+      ["async () => { let v = 1; for (let i = 0; i < 40; i++) v = { v }; return v; }", "INVALID_OUTPUT"],
       ["async () => { let v = 1; for (let i = 0; i < 32; i++) v = [v]; return v; }", "OK"],
       ['async () => JSON.parse(\'{"__proto__": {"polluted": true}}\')', "INVALID_OUTPUT"],
       ["async () => ({ a: undefined, f() {}, n: 1 })", "OK"],
@@ -239,7 +245,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     let secretRuns = 0;
     let shortRuns = 0;
     const secret = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "admin.secret",
       execute: () => {
         secretRuns++;
@@ -247,7 +253,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
       },
     });
     const short = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "short",
       input: z.object({ value: z.string().max(8) }),
       execute: ({ value }) => {
@@ -276,9 +282,9 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
       output: [
         "blocked:PERMISSION_DENIED",
         "failed:INVALID_INPUT",
-        "failed:LIMIT_EXCEEDED",
-        "failed:INVALID_JSON",
-        "failed:INVALID_JSON",
+        "failed:INVALID_INPUT",
+        "failed:INVALID_INPUT",
+        "failed:INVALID_INPUT",
         "ok",
       ],
     });
@@ -289,14 +295,14 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
 
   it("21: secret-bearing tool errors and throwing getters never reach error.message", async () => {
     const leaky = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "leaky",
       execute: () => {
         throw new Error("password=hunter2");
       },
     });
     const getter = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "getter",
       execute: () =>
         ({
@@ -342,7 +348,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     const blobs: number[] = [];
     const logged: unknown[] = [];
     const blob = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "blob",
       input: z.object({}),
       guards: [],
@@ -353,7 +359,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
       },
     });
     const log = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "log",
       execute: ({ value }) => {
         logged.push(value);
@@ -382,7 +388,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
   });
 
   it("23: a call whose outcome is unknown makes the execution outcome_unknown, whatever the program returns", async () => {
-    const pending = defineTool({ ...echo, id: "pending", costMicros: 7 });
+    const pending = defineTool({ ...echoDefinition(1), id: "pending", costMicros: 7 });
     const silent = createCodeMode({
       adapter,
       allowTestAdapter,
@@ -392,7 +398,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     });
     let stubbornStarted = false;
     const stubborn = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "stubborn.write",
       effects: "write",
       costMicros: 5,
@@ -403,7 +409,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
       },
     });
     const slow = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "slow",
       execute: async ({ value }) => {
         await new Promise((resolve) => setTimeout(resolve, 50));
@@ -450,7 +456,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
 
   it("25: the same executionId twice is CONFLICT; input changed after execute() is not seen", async () => {
     const slow = defineTool({
-      ...echo,
+      ...echoDefinition(1),
       id: "slow",
       execute: async ({ value }) => {
         await new Promise((resolve) => setTimeout(resolve, 100));
@@ -459,7 +465,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     });
     const p = program(`async (input, tools) => { await tools.call("slow", { value: 1 }); return input; }`, [slow]);
     const input = { skus: ["a", "b"], nested: { n: 1 } };
-    const options = { runId: "r", executionId: "twice", scope: SCOPE };
+    const options = { runId: "r", executionId: "twice", scope: SCOPE, signal: new AbortController().signal };
     const first = mode.execute(p, input, options);
     input.skus.push("c");
     input.nested.n = 2;

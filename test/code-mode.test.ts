@@ -25,7 +25,7 @@ import {
   type SandboxResult,
 } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
-import { echoTool } from "./helpers/code-mode.ts";
+import { echoDefinition, echoTool } from "./helpers/code-mode.ts";
 
 describe("the example of issue 5", () => {
   // biome-ignore format: the issue's example, verbatim apart from its import paths.
@@ -83,6 +83,7 @@ describe("the example of issue 5", () => {
         runId: "run-1",
         executionId: "run-1:total",
         scope: { principalId: "local", projectId: "demo" },
+        signal: AbortSignal.timeout(10_000),
       });
       expect(again.status).toBe("failed");
       if (again.status !== "succeeded") expect(again.error.code).toBe("CONFLICT");
@@ -150,10 +151,13 @@ const LIMITS: CodeProgramLimits = {
 };
 
 let sequence = 0;
+/** A signal that never aborts, for executions the test does not cancel (execute requires one). */
+const NO_ABORT = new AbortController().signal;
 const run = (extra: Partial<{ signal: AbortSignal; executionId: string }> = {}) => ({
   runId: "run",
   executionId: `exec-${++sequence}`,
   scope: SCOPE,
+  signal: NO_ABORT,
   ...extra,
 });
 
@@ -220,7 +224,7 @@ describe("programs", () => {
     expect(makeProgram("async () => 2").digest).not.toBe(a.digest);
     expect(makeProgram("async () => 1", { limits: { cpuMillis: 999 } }).digest).not.toBe(a.digest);
     expect(makeProgram("async () => 1", { tools: [] }).digest).not.toBe(a.digest);
-    const echo2 = defineTool({ ...echo, version: "2" });
+    const echo2 = defineTool({ ...echoDefinition(10), version: "2", execute: ({ value }) => ({ value }) });
     expect(makeProgram("async () => 1", { tools: [echo2] }).digest).not.toBe(a.digest);
     expect(a.maximumCostMicros).toBe(10 * LIMITS.maxToolCalls);
 
@@ -256,7 +260,11 @@ describe("programs", () => {
     expect(() => createCodeMode({ adapter: fakeAdapter, invokeTool: allowAll })).toThrowError(
       expect.objectContaining({ code: "INVALID_CONFIG" }),
     );
-    const bad = await mode.execute(program, {}, { runId: "", executionId: "x-bad-run", scope: SCOPE });
+    const bad = await mode.execute(
+      program,
+      {},
+      { runId: "", executionId: "x-bad-run", scope: SCOPE, signal: NO_ABORT },
+    );
     expect(codeOf(bad)).toBe("INVALID_CONFIG");
     const badScope = await mode.execute(
       program,
@@ -265,6 +273,7 @@ describe("programs", () => {
         runId: "r",
         executionId: "x-bad-scope",
         scope: { projectId: "no principal" } as unknown as typeof SCOPE,
+        signal: NO_ABORT,
       },
     );
     expect(codeOf(badScope)).toBe("INVALID_CONFIG");
@@ -311,7 +320,7 @@ function definitionOf(program: ReturnType<typeof makeProgram>) {
 }
 
 describe("execution outcomes", () => {
-  it("validates the input against the program's schema (INVALID_INPUT) and as JSON (INVALID_JSON, LIMIT_EXCEEDED)", async () => {
+  it("refuses input that is not JSON within maxInputBytes or does not match the schema (INVALID_INPUT)", async () => {
     const typed = defineCodeProgram({
       ...definitionOf(makeProgram("async (input) => input.n * 2")),
       input: z.object({ n: z.number() }),
@@ -320,17 +329,17 @@ describe("execution outcomes", () => {
     const ok = await mode.execute(typed, { n: 21 }, run());
     expect(ok).toMatchObject({ status: "succeeded", output: 42 });
     expect(codeOf(await mode.execute(typed, { n: "21" }, run()))).toBe("INVALID_INPUT");
-    expect(codeOf(await mode.execute(typed, { n: 1n }, run()))).toBe("INVALID_JSON");
+    expect(codeOf(await mode.execute(typed, { n: 1n }, run()))).toBe("INVALID_INPUT");
     expect(codeOf(await mode.execute(typed, JSON.parse('{"n": 1, "__proto__": {"x": 1}}'), run()))).toBe(
-      "INVALID_JSON",
+      "INVALID_INPUT",
     );
-    expect(codeOf(await mode.execute(typed, { n: 1, at: new Date() }, run()))).toBe("INVALID_JSON");
+    expect(codeOf(await mode.execute(typed, { n: 1, at: new Date() }, run()))).toBe("INVALID_INPUT");
     const big = await mode.execute(typed, { n: 1, pad: "x".repeat(LIMITS.maxInputBytes) }, run());
-    expect(codeOf(big)).toBe("LIMIT_EXCEEDED");
+    expect(codeOf(big)).toBe("INVALID_INPUT");
     if (big.status !== "succeeded") expect(big.error.message).toContain("maxInputBytes");
   });
 
-  it("validates the output against the program's schema (INVALID_OUTPUT) and its size (LIMIT_EXCEEDED)", async () => {
+  it("refuses output that does not match the schema or is not JSON within maxOutputBytes (INVALID_OUTPUT)", async () => {
     const typed = defineCodeProgram({
       ...definitionOf(makeProgram("async (input) => input.value")),
       input: z.object({ value: z.unknown() }),
@@ -343,12 +352,12 @@ describe("execution outcomes", () => {
     });
     expect(codeOf(await mode.execute(typed, { value: { total: "3" } }, run()))).toBe("INVALID_OUTPUT");
     const big = await mode.execute(typed, { value: { total: 1, pad: "y".repeat(990) } }, run());
-    expect(codeOf(big)).toBe("LIMIT_EXCEEDED");
+    expect(codeOf(big)).toBe("INVALID_OUTPUT");
     if (big.status !== "succeeded") expect(big.error.message).toContain("maxOutputBytes");
     const huge = makeProgram(`async () => ({ total: 1, pad: "z".repeat(3000000) })`, {
       limits: { maxOutputBytes: 1_000 },
     });
-    expect(codeOf(await mode.execute(huge, {}, run()))).toBe("LIMIT_EXCEEDED");
+    expect(codeOf(await mode.execute(huge, {}, run()))).toBe("INVALID_OUTPUT");
   });
 
   it("reports a program's own error as programError, cut to 128 and 1,024 characters, never in error.message", async () => {
@@ -407,7 +416,7 @@ describe("execution outcomes", () => {
   it("ends at the wall clock with TIMEOUT, and the caller's signal with CANCELLED, after open calls settled", async () => {
     let settledAt = 0;
     const slow = defineTool({
-      ...echo,
+      ...echoDefinition(10),
       id: "slow",
       costMicros: 0,
       execute: (_input, { signal }) =>
@@ -461,7 +470,7 @@ describe("execution outcomes", () => {
     let inFlight = 0;
     let most = 0;
     const counted = defineTool({
-      ...echo,
+      ...echoDefinition(10),
       id: "counted",
       execute: async ({ value }) => {
         inFlight++;
@@ -487,14 +496,20 @@ describe("execution outcomes", () => {
 
   it("hands the program call results with public codes, never throwing for a tool failure", async () => {
     const failing = defineTool({
-      ...echo,
+      ...echoDefinition(10),
       id: "failing",
       costMicros: 0,
       execute: () => {
         throw new Error("db password is hunter2");
       },
     });
-    const writer = defineTool({ ...echo, id: "writer", effects: "write", costMicros: 0 });
+    const writer = defineTool({
+      ...echoDefinition(10),
+      id: "writer",
+      effects: "write",
+      costMicros: 0,
+      execute: ({ value }) => ({ value }),
+    });
     const budget = new Budget(15, 100);
     const strict = createCodeMode({
       adapter,
@@ -535,12 +550,16 @@ describe("execution outcomes", () => {
   it("gives the broker the trusted context: run, call id, scope, signal and the program digest", async () => {
     const { spy, contexts } = spying();
     const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 5 })).output.value`);
-    const outcome = await spy.execute(program, {}, { runId: "r-ctx", executionId: "e-ctx", scope: SCOPE });
+    const outcome = await spy.execute(
+      program,
+      {},
+      { runId: "r-ctx", executionId: "e-ctx", scope: SCOPE, signal: NO_ABORT },
+    );
     expect(outcome).toMatchObject({ status: "succeeded", output: 5 });
     expect(contexts).toHaveLength(1);
     const [context] = contexts;
     expect(context?.runId).toBe("r-ctx");
-    expect(context?.callId).toBe("e-ctx:1");
+    expect(context?.callId).toBe("e-ctx:code:1");
     expect(context?.programDigest).toBe(program.digest);
     expect(context?.scope).toEqual(SCOPE);
     expect(Object.isFrozen(context?.scope)).toBe(true);
@@ -572,7 +591,7 @@ describe("hostile brokers, callers and programs", () => {
 
   it("refuses an executionId whose call ids would be too long, instead of failing every call", async () => {
     const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 1 })).status`);
-    const longest = 256 - 1 - String(LIMITS.maxToolCalls).length;
+    const longest = 256 - ":code:".length - String(LIMITS.maxToolCalls).length;
     const refused = await mode.execute(program, {}, run({ executionId: "x".repeat(longest + 1) }));
     expect(refused).toMatchObject({ status: "failed", error: { code: "INVALID_CONFIG" } });
     if (refused.status !== "succeeded") expect(refused.error.message).toContain(`1-${longest} characters`);
@@ -583,11 +602,11 @@ describe("hostile brokers, callers and programs", () => {
   it("reads the caller's options once: changing them while the run goes on changes nothing", async () => {
     const { spy, contexts } = spying();
     const program = makeProgram(`async (input, tools) => (await tools.call("echo", { value: 1 })).status`);
-    const options = { runId: "r-once", executionId: `once-${++sequence}`, scope: SCOPE };
+    const options = { runId: "r-once", executionId: `once-${++sequence}`, scope: SCOPE, signal: NO_ABORT };
     const pending = spy.execute(program, {}, options);
     Object.assign(options, { runId: 42, executionId: { not: "a string" } });
     expect(await pending).toMatchObject({ status: "succeeded", output: "succeeded" });
-    expect(contexts[0]).toMatchObject({ runId: "r-once", callId: `${`once-${sequence}`}:1` });
+    expect(contexts[0]).toMatchObject({ runId: "r-once", callId: `${`once-${sequence}`}:code:1` });
   });
 
   it("fails a program that overran cpuMillis inside one long built-in, even if it then finished", async () => {
@@ -648,7 +667,7 @@ describe("per-caller tool sets", () => {
   it("lets a program reach only the tools of the caller it runs for; the broker gets the caller's set", async () => {
     let salaryRuns = 0;
     const salaries = defineTool({
-      ...echo,
+      ...echoDefinition(10),
       id: "hr.salaries",
       roles: ["hr"],
       execute: ({ value }) => {
@@ -765,18 +784,14 @@ describe("adapters", () => {
     ).toBe("UNSUPPORTED_PROFILE");
   });
 
-  it("maps every failure reason of defineSandboxAdapter to a public code", async () => {
+  // Each failure reason's code is a Mayura case (test/compat/mayura/code-mode.test.ts); these are Airlock's outputJson.
+  it("takes a sandbox's output as JSON text too, checked before it is parsed", async () => {
     const cases: [SandboxResult, string][] = [
       [{ status: "succeeded", output: { a: 1 } }, "OK"],
       [{ status: "succeeded", outputJson: '{"a":1}' }, "OK"],
       [{ status: "succeeded", outputJson: "{not json" }, "INVALID_OUTPUT"],
-      [{ status: "failed", reason: "program_error", programError: { name: "E", message: "m" } }, "TOOL_FAILED"],
-      [{ status: "failed", reason: "cpu_limit" }, "LIMIT_EXCEEDED"],
-      [{ status: "failed", reason: "memory_limit" }, "LIMIT_EXCEEDED"],
-      [{ status: "failed", reason: "invalid_output" }, "INVALID_OUTPUT"],
-      [{ status: "failed", reason: "unsupported_program" }, "UNSUPPORTED_PROFILE"],
-      [{ status: "failed", reason: "sandbox_error" }, "TOOL_FAILED"],
-      [{ status: "failed" }, "TOOL_FAILED"],
+      [{ status: "succeeded", outputJson: JSON.stringify("x".repeat(LIMITS.maxOutputBytes)) }, "INVALID_OUTPUT"],
+      [{ status: "succeeded", outputJson: 42 } as unknown as SandboxResult, "TOOL_FAILED"],
       [{ status: "weird" } as unknown as SandboxResult, "TOOL_FAILED"],
     ];
     for (const [result, code] of cases) {
@@ -813,7 +828,7 @@ describe("adapters", () => {
     });
     const fast = createCodeMode({ adapter: instant, invokeTool: allowAll, allowTestAdapter: true });
     const program = makeProgram("async () => null");
-    const options = (executionId: string) => ({ runId: "r", executionId, scope: SCOPE });
+    const options = (executionId: string) => ({ runId: "r", executionId, scope: SCOPE, signal: NO_ABORT });
     // Running: a second execution with the same id while the first runs.
     const first = fast.execute(program, null, options("id-0"));
     expect(codeOf(await fast.execute(program, null, options("id-0")))).toBe("CONFLICT");

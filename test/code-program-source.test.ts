@@ -65,7 +65,12 @@ const mode = createCodeMode({
     }),
 });
 let runs = 0;
-const run = () => ({ runId: "run", executionId: `run:${++runs}`, scope: { principalId: "test" } });
+const run = () => ({
+  runId: "run",
+  executionId: `run:${++runs}`,
+  scope: { principalId: "test" },
+  signal: AbortSignal.timeout(30_000),
+});
 afterAll(() => mode.adapter.close());
 
 describe("defineCodeProgram's source", () => {

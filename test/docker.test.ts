@@ -3,10 +3,6 @@
  * the CLI that serves Airlock's container entry itself. A real container runs only where `docker info` succeeds.
  */
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import {
   CONTAINER_ENTRY,
   checkDockerOptions,
@@ -17,39 +13,19 @@ import {
   runArgs,
   verifyDockerImage,
 } from "airlock-codemode/adapter-code-docker";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import {
+  GOOD_IMAGE as goodImage,
+  STAND_IN_IMAGE as IMAGE,
+  STAND_IN_PROVENANCE as PROVENANCE,
+  standInFolder,
+  until,
+} from "./helpers/docker-stand-in.ts";
 
-const IMAGE = `sha256:${"a".repeat(64)}`;
-const PROVENANCE = `sha256:${"b".repeat(64)}`;
-const serveEntry = fileURLToPath(new URL("../dist/adapter-code-docker/serve.js", import.meta.url));
-const fakeModule = fileURLToPath(new URL("./fixtures/process/fake-docker.mjs", import.meta.url));
+const standIns = standInFolder();
+afterAll(() => standIns.remove());
+const fakeDocker = (inspect: unknown) => standIns.make(inspect);
 
-let dir: string;
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), "airlock-docker-"));
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-/** Writes an executable stand-in for docker; returns its path and a reader of the argv lists it recorded. */
-function fakeDocker(inspect: unknown): { path: string; calls: () => string[][] } {
-  const name = `docker-${Math.random().toString(36).slice(2)}`;
-  const path = join(dir, name);
-  const record = join(dir, `${name}.calls`);
-  writeFileSync(record, "");
-  writeFileSync(
-    path,
-    `#!${process.execPath}\nimport(${JSON.stringify(fakeModule)}).then((m) => m.main(${JSON.stringify(record)}, ${JSON.stringify(inspect)}, ${JSON.stringify(serveEntry)}, process.argv.slice(2)));\n`,
-  );
-  chmodSync(path, 0o755);
-  const calls = () =>
-    readFileSync(record, "utf8")
-      .split("\n")
-      .filter(Boolean)
-      .map((line) => JSON.parse(line) as string[]);
-  return { path, calls };
-}
-
-const goodImage = { Id: IMAGE, Config: { Labels: { [PROVENANCE_LABEL]: PROVENANCE } } };
 const options = (dockerPath: string, extra: Partial<DockerSandboxOptions> = {}): DockerSandboxOptions => ({
   dockerPath,
   image: IMAGE,
@@ -75,6 +51,7 @@ const request = (source: string, input: unknown = {}) => ({
     digest: `sha256:${"c".repeat(64)}`,
     language: "javascript" as const,
     source,
+    approvedImports: [],
     limits: LIMITS,
   },
   input: input as never,
@@ -231,13 +208,13 @@ describe("the adapter end to end (the stand-in serves the container entry)", () 
     const failing = await adapter.execute(request("async () => { throw new TypeError('nope'); }"));
     expect(failing).toMatchObject({ status: "failed", reason: "program_error", programError: { name: "TypeError" } });
     await adapter.close();
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    const calls = docker.calls();
-    const run = calls.find((argv) => argv.includes("run")) as string[];
+    const run = docker.calls().find((argv) => argv.includes("run")) as string[];
     expect(run).toContain("--runtime=runsc");
     expect(run.at(-2)).toBe(IMAGE);
     const name = run[run.indexOf("--name") + 1];
-    expect(calls).toContainEqual(["kill", name]);
+    // The kill is a CLI process of its own, recorded once the stand-in has started.
+    await until(() => docker.calls().some((argv) => argv[0] === "kill"));
+    expect(docker.calls()).toContainEqual(["kill", name]);
   });
 });
 

@@ -12,23 +12,26 @@ import {
   invokeTool,
   type Outcome,
   type ToolCallInfo,
+  type ToolContext,
   z,
 } from "airlock-codemode";
 import { describe, expect, it } from "vitest";
 
 const SCOPE = { principalId: "user-1", tenantId: "t-1" };
 
-const price = defineTool({
+/** A tool carries no handler, so tools derived from this one are made from its definition. */
+const priceDefinition = {
   id: "catalog.price",
   version: "1",
   description: "Price of one product in cents.",
   input: z.object({ sku: z.string().max(16) }),
   output: z.object({ cents: z.number().int() }),
-  effects: "read",
+  effects: "read" as const,
   capabilities: ["catalog:read"],
   costMicros: 100,
-  execute: async ({ sku }) => ({ cents: sku.length * 100 }),
-});
+  execute: async ({ sku }: { sku: string }) => ({ cents: sku.length * 100 }),
+};
+const price = defineTool(priceDefinition);
 
 const options = (extra: Partial<InvokeToolOptions> = {}): InvokeToolOptions => ({
   runId: "run-1",
@@ -53,11 +56,11 @@ describe("defineTool", () => {
     expect(Object.isFrozen(price)).toBe(true);
     expect(Object.isFrozen(price.capabilities)).toBe(true);
     expect(price.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
-    const same = defineTool({ ...price, execute: async () => ({ cents: 0 }) });
+    const same = defineTool({ ...priceDefinition, execute: async () => ({ cents: 0 }) });
     expect(same.digest).toBe(price.digest);
-    expect(defineTool({ ...price, version: "2" }).digest).not.toBe(price.digest);
-    expect(defineTool({ ...price, input: z.object({ sku: z.string() }) }).digest).not.toBe(price.digest);
-    expect(defineTool({ ...price, costMicros: 101 }).digest).not.toBe(price.digest);
+    expect(defineTool({ ...priceDefinition, version: "2" }).digest).not.toBe(price.digest);
+    expect(defineTool({ ...priceDefinition, input: z.object({ sku: z.string() }) }).digest).not.toBe(price.digest);
+    expect(defineTool({ ...priceDefinition, costMicros: 101 }).digest).not.toBe(price.digest);
   });
 
   it("refuses a bad definition with INVALID_CONFIG", () => {
@@ -77,7 +80,7 @@ describe("defineTool", () => {
     ];
     for (const patch of bad) {
       try {
-        defineTool({ ...price, ...patch } as unknown as Parameters<typeof defineTool>[0]);
+        defineTool({ ...priceDefinition, ...patch } as unknown as Parameters<typeof defineTool>[0]);
         expect.unreachable(JSON.stringify(patch));
       } catch (error) {
         expect(error).toBeInstanceOf(AirlockError);
@@ -88,13 +91,13 @@ describe("defineTool", () => {
 
   it("refuses a misspelt field, naming it, instead of leaving the tool unguarded", () => {
     // `permision` would otherwise leave the tool callable without the permission it was meant to require.
-    const misspelt = { ...price, permision: ["hr:read"] } as unknown as Parameters<typeof defineTool>[0];
+    const misspelt = { ...priceDefinition, permision: ["hr:read"] } as unknown as Parameters<typeof defineTool>[0];
     expect(() => defineTool(misspelt)).toThrow(/a tool definition has no field "permision" \(it takes id, /);
-    expect(() => defineTool({ ...price, timeoutMs: 5 } as unknown as Parameters<typeof defineTool>[0])).toThrow(
-      AirlockError,
-    );
+    expect(() =>
+      defineTool({ ...priceDefinition, timeoutMs: 5 } as unknown as Parameters<typeof defineTool>[0]),
+    ).toThrow(AirlockError);
     // A tool's own fields are accepted, so that a tool derives from another by spreading it.
-    expect(defineTool({ ...price, id: "catalog.price2" }).id).toBe("catalog.price2");
+    expect(defineTool({ ...priceDefinition, id: "catalog.price2" }).id).toBe("catalog.price2");
   });
 });
 
@@ -139,10 +142,10 @@ describe("invokeTool", () => {
     }
   });
 
-  it("validates input as JSON (INVALID_JSON, LIMIT_EXCEEDED) and against the schema (INVALID_INPUT)", async () => {
+  it("refuses input that is not JSON within maxInputBytes or does not match the schema (INVALID_INPUT)", async () => {
     let runs = 0;
     const counted = defineTool({
-      ...price,
+      ...priceDefinition,
       execute: async ({ sku }) => {
         runs++;
         return { cents: sku.length };
@@ -150,13 +153,13 @@ describe("invokeTool", () => {
     });
     expect(codeOf(await call(counted, { sku: 1 }))).toBe("INVALID_INPUT");
     expect(codeOf(await call(counted, { sku: "x".repeat(17) }))).toBe("INVALID_INPUT");
-    expect(codeOf(await call(counted, { sku: 1n }))).toBe("INVALID_JSON");
-    expect(codeOf(await call(counted, JSON.parse('{"sku":"a","__proto__":{"admin":true}}')))).toBe("INVALID_JSON");
-    expect(codeOf(await call(counted, { sku: "a", when: new Date() }))).toBe("INVALID_JSON");
-    expect(codeOf(await call(counted, undefined))).toBe("INVALID_JSON");
-    expect(codeOf(await call(counted, { sku: "a", pad: "p".repeat(200) }, { maxInputBytes: 100 }))).toBe(
-      "LIMIT_EXCEEDED",
-    );
+    expect(codeOf(await call(counted, { sku: 1n }))).toBe("INVALID_INPUT");
+    expect(codeOf(await call(counted, JSON.parse('{"sku":"a","__proto__":{"admin":true}}')))).toBe("INVALID_INPUT");
+    expect(codeOf(await call(counted, { sku: "a", when: new Date() }))).toBe("INVALID_INPUT");
+    expect(codeOf(await call(counted, undefined))).toBe("INVALID_INPUT");
+    const big = await call(counted, { sku: "a", pad: "p".repeat(200) }, { maxInputBytes: 100 });
+    expect(big).toMatchObject({ status: "failed", error: { code: "INVALID_INPUT" } });
+    if (big.status !== "succeeded") expect(big.error.message).toContain("maxInputBytes 100");
     expect(runs).toBe(0);
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
   });
@@ -164,7 +167,7 @@ describe("invokeTool", () => {
   it("runs guards: GUARD_BLOCKED when one refuses, GUARD_UNAVAILABLE when one fails", async () => {
     const guarded = (check: (input: { sku: string }) => unknown) =>
       defineTool({
-        ...price,
+        ...priceDefinition,
         guards: [{ id: "no-secret-skus", check: check as (input: { sku: string }) => boolean }],
       });
     expect(
@@ -230,7 +233,7 @@ describe("invokeTool", () => {
 
   it("reports a throwing tool as TOOL_FAILED without its message, and bad output as INVALID_OUTPUT", async () => {
     const throwing = defineTool({
-      ...price,
+      ...priceDefinition,
       execute: () => {
         throw new Error("connection string postgres://admin:hunter2@db");
       },
@@ -239,10 +242,13 @@ describe("invokeTool", () => {
       status: "failed",
       error: { code: "TOOL_FAILED", message: "the tool failed" },
     });
-    const wrongShape = defineTool({ ...price, execute: () => ({ cents: "many" }) as unknown as { cents: number } });
+    const wrongShape = defineTool({
+      ...priceDefinition,
+      execute: () => ({ cents: "many" }) as unknown as { cents: number },
+    });
     expect(codeOf(await call(wrongShape, { sku: "a" }))).toBe("INVALID_OUTPUT");
     const getter = defineTool({
-      ...price,
+      ...priceDefinition,
       execute: () =>
         ({
           get cents(): number {
@@ -252,7 +258,7 @@ describe("invokeTool", () => {
     });
     expect(codeOf(await call(getter, { sku: "a" }))).toBe("INVALID_OUTPUT");
     const deep = defineTool({
-      ...price,
+      ...priceDefinition,
       output: z.unknown(),
       execute: () => {
         let value: unknown = 1;
@@ -260,27 +266,30 @@ describe("invokeTool", () => {
         return value;
       },
     });
-    expect(codeOf(await call(deep, { sku: "a" }))).toBe("LIMIT_EXCEEDED");
-    const big = defineTool({ ...price, output: z.unknown(), execute: () => "b".repeat(1_000) });
-    expect(codeOf(await call(big, { sku: "a" }, { maxOutputBytes: 500 }))).toBe("LIMIT_EXCEEDED");
+    expect(codeOf(await call(deep, { sku: "a" }))).toBe("INVALID_OUTPUT");
+    const big = defineTool({ ...priceDefinition, output: z.unknown(), execute: () => "b".repeat(1_000) });
+    const tooBig = await call(big, { sku: "a" }, { maxOutputBytes: 500 });
+    expect(tooBig).toMatchObject({ status: "failed", error: { code: "INVALID_OUTPUT" } });
+    if (tooBig.status !== "succeeded") expect(tooBig.error.message).toContain("maxOutputBytes 500");
   });
 
   it("stops a read tool at its timeout (TIMEOUT) and on the signal (CANCELLED)", async () => {
-    const hanging = defineTool({
-      ...price,
+    const hangingDefinition = {
+      ...priceDefinition,
       timeoutMillis: 50,
-      execute: (_input, { signal }) =>
+      execute: (_input: { sku: string }, { signal }: ToolContext) =>
         new Promise<{ cents: number }>((_resolve, reject) =>
           signal.addEventListener("abort", () => reject(signal.reason)),
         ),
-    });
+    };
+    const hanging = defineTool(hangingDefinition);
     const budget = new Budget(1_000, 10);
     expect(await call(hanging, { sku: "a" }, { budget })).toMatchObject({
       status: "failed",
       error: { code: "TIMEOUT" },
     });
     expect(budget.spentMicros).toBe(100);
-    const slow = defineTool({ ...hanging, timeoutMillis: 10_000 });
+    const slow = defineTool({ ...hangingDefinition, timeoutMillis: 10_000 });
     const controller = new AbortController();
     setTimeout(() => controller.abort(), 30);
     expect(await call(slow, { sku: "a" }, { signal: controller.signal })).toMatchObject({
@@ -294,7 +303,7 @@ describe("invokeTool", () => {
 
   it("reports a write tool stopped before it answered as OUTCOME_UNKNOWN, and keeps its cost as unknown", async () => {
     const write = defineTool({
-      ...price,
+      ...priceDefinition,
       id: "orders.place",
       effects: "write",
       capabilities: [],
@@ -355,14 +364,10 @@ describe("invokeTool", () => {
 });
 
 describe("per-caller registries", () => {
-  const report = defineTool({
-    ...price,
-    id: "reports.read",
-    capabilities: [],
-    roles: ["analyst", "admin"],
-  });
+  const reportDefinition = { ...priceDefinition, id: "reports.read", capabilities: [], roles: ["analyst", "admin"] };
+  const report = defineTool(reportDefinition);
   const payroll = defineTool({
-    ...price,
+    ...priceDefinition,
     id: "payroll.read",
     capabilities: [],
     roles: ["admin"],
@@ -390,7 +395,7 @@ describe("per-caller registries", () => {
     const anyone = registry.for({ roles: [], permissions: ["tool:catalog.price", "effect:read", "catalog:read"] });
     expect(anyone.tools.map((t) => t.id)).toEqual(["catalog.price"]);
     expect(anyone.has(price)).toBe(true);
-    expect(anyone.has(defineTool({ ...price }))).toBe(false);
+    expect(anyone.has(defineTool(priceDefinition))).toBe(false);
     expect(() => createToolRegistry([price, price])).toThrow(AirlockError);
     expect(() => createToolRegistry([{ ...price }])).toThrow(AirlockError);
     expect(() => registry.for({ roles: "admin" } as unknown as { roles: string[]; permissions: string[] })).toThrow(
@@ -407,7 +412,7 @@ describe("per-caller registries", () => {
       error: { code: "NOT_FOUND" },
     });
     expect(codeOf(await analyst.invoke(payroll, { sku: "a" }, base))).toBe("PERMISSION_DENIED");
-    expect(codeOf(await analyst.invoke(defineTool({ ...report }), { sku: "a" }, base))).toBe("NOT_FOUND");
+    expect(codeOf(await analyst.invoke(defineTool(reportDefinition), { sku: "a" }, base))).toBe("NOT_FOUND");
     expect(seen.map((s) => s.toolId)).toEqual(["reports.read"]);
   });
 });

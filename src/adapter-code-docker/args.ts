@@ -3,15 +3,18 @@
  * image and provenance digest checks. Nothing here runs docker; index.ts does.
  *
  * Rules: the CLI is an absolute path (PATH is never searched); the image is an exact `sha256:` image id (never a tag,
- * never pulled: `--pull=never`); its provenance label must carry the exact `sha256:` digest the host expects.
+ * never pulled: `--pull=never`); its provenance label must carry the exact `sha256:` digest the host expects (that of
+ * the SPDX document describing the image's root folder, see image.ts). A refused option is a `DockerConfigError`, a
+ * TypeError as Mayura's are.
  */
 
 import { optionKeys, unknownOption } from "../options.ts";
 
-/** Label an image built for this adapter carries: the sha256 digest of the Airlock package it was built from. */
+/** Label an image built for this adapter carries: the `sha256:` digest of the SPDX document of its root folder. */
 export const PROVENANCE_LABEL = "dev.airlock.provenance";
-/** Where the image keeps Airlock's container entry (see the Dockerfile in the module's documentation). */
-export const CONTAINER_ENTRY = "/opt/airlock/node_modules/airlock-codemode/dist/adapter-code-docker/serve.js";
+/** Where the image keeps its root folder (see image.ts), and in it Airlock's container entry. */
+export const CONTAINER_ROOT = "/opt/airlock";
+export const CONTAINER_ENTRY = `${CONTAINER_ROOT}/node_modules/airlock-codemode/dist/adapter-code-docker/serve.js`;
 export const CONTAINER_USER = "65534:65534";
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
@@ -34,7 +37,10 @@ export interface DockerSandboxOptions {
   dockerPath: string;
   /** The exact image id, `sha256:<64 hex>`. */
   image: string;
-  /** The exact digest the image's `dev.airlock.provenance` label must carry, `sha256:<64 hex>`. */
+  /**
+   * The exact digest the image's `dev.airlock.provenance` label must carry, `sha256:<64 hex>`: that of the SPDX
+   * document describing the image's root folder.
+   */
   provenance: string;
   /** Docker daemon (`--host`): `unix:///path`, `tcp://host:port` or `ssh://user@host`. Default: the CLI's. */
   host?: string;
@@ -61,7 +67,8 @@ export const DEFAULT_DOCKER_LIMITS: Required<DockerLimits> = {
   tmpfsBytes: 16 * 1024 * 1024,
 };
 
-export class DockerConfigError extends Error {
+/** A refused docker adapter option; a TypeError, as Mayura's docker adapter throws. */
+export class DockerConfigError extends TypeError {
   override readonly name = "DockerConfigError";
 }
 
@@ -82,10 +89,14 @@ const DOCKER_LIMIT_KEYS = optionKeys<DockerLimits>({
   tmpfsBytes: true,
 });
 
-export function checkDockerOptions(options: DockerSandboxOptions): CheckedDockerOptions {
+/** Checks the docker options; `extraKeys` are the further options of the adapter that calls it (checked there). */
+export function checkDockerOptions(
+  options: DockerSandboxOptions,
+  extraKeys: readonly string[] = [],
+): CheckedDockerOptions {
   if (options === null || typeof options !== "object") throw new DockerConfigError("options must be an object");
   // A misspelt `runTime` or `seccomp` would leave gVisor or the profile off without a word.
-  const unknown = unknownOption(options, "the docker adapter", DOCKER_OPTION_KEYS);
+  const unknown = unknownOption(options, "the docker adapter", [...DOCKER_OPTION_KEYS, ...extraKeys]);
   if (unknown !== undefined) throw new DockerConfigError(unknown);
   const { dockerPath, image, provenance, host, runtime, seccompProfile } = options;
   if (typeof dockerPath !== "string" || !dockerPath.startsWith("/") || dockerPath.includes("\0")) {

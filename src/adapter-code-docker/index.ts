@@ -11,33 +11,18 @@
  * the first container (and after every restart) `docker image inspect` must show that id and the exact provenance
  * digest in the image's `dev.airlock.provenance` label, or nothing runs. Docker's default seccomp profile applies
  * unless you pass your own; `unconfined` is never used. Messages travel as length-prefixed JSON frames over the
- * container's stdin/stdout.
+ * container's stdin/stdout. Build the image from the installed package as image.ts says; the provenance is the
+ * digest of the SPDX document describing its root folder.
  *
- * Building the image from the installed package (provenance = the sha256 of the package tarball):
- *
- *   npm pack airlock-codemode                   # or: the tarball your registry served
- *   PROVENANCE=sha256:$(sha256sum airlock-*.tgz | cut -d' ' -f1)
- *   cat > Dockerfile <<'END'
- *   FROM node:20-bookworm-slim
- *   ARG PROVENANCE
- *   COPY airlock-*.tgz /tmp/airlock.tgz
- *   RUN mkdir -p /opt/airlock && cd /opt/airlock && npm install --omit=dev --omit=peer /tmp/airlock.tgz \
- *       && rm /tmp/airlock.tgz
- *   LABEL dev.airlock.provenance=$PROVENANCE
- *   USER 65534:65534
- *   END
- *   docker build --build-arg PROVENANCE=$PROVENANCE --iidfile image.id .
- *   # image: the content of image.id (sha256:...); provenance: $PROVENANCE
+ * `createPromotedDockerQuickJsSandboxAdapter` also needs a promotion (promotion.ts): a signed statement that the image
+ * passed a clean vulnerability scan, checked before every execution; without a valid one nothing runs and the
+ * execution's UNSUPPORTED_PROFILE message says why.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import type { Readable, Writable } from "node:stream";
-import {
-  type ClosableSandboxAdapter,
-  createQuickJsProtocolAdapter,
-  type QuickJsHostMessage,
-  type QuickJsProtocolTransport,
-} from "../adapter-code-quickjs/index.ts";
+import type { QuickJsHostMessage, QuickJsProtocolTransport } from "../adapter-code-quickjs/protocol.ts";
+import { type ClosableSandboxAdapter, makeProtocolAdapter } from "../adapter-code-quickjs/protocol-adapter.ts";
 import { encodeFrame, FrameReader } from "../process/frames.ts";
 import {
   type CheckedDockerOptions,
@@ -48,9 +33,16 @@ import {
   killArgs,
   runArgs,
 } from "./args.ts";
+import {
+  checkMaxScanAge,
+  type DockerImagePromotion,
+  DockerPromotionError,
+  verifyDockerImagePromotion,
+} from "./promotion.ts";
 
 export {
   CONTAINER_ENTRY,
+  CONTAINER_ROOT,
   CONTAINER_USER,
   checkDockerOptions,
   checkImage,
@@ -63,6 +55,19 @@ export {
   PROVENANCE_LABEL,
   runArgs,
 } from "./args.ts";
+export { DOCKERFILE, provenanceOfSpdx, writeDockerBuildContext } from "./image.ts";
+export {
+  DEFAULT_MAX_SCAN_AGE_MS,
+  type DockerImagePromotion,
+  type DockerImagePromotionIssuance,
+  type DockerImagePromotionStatement,
+  DockerPromotionError,
+  issueDockerImagePromotion,
+  MAX_SCAN_AGE_MS,
+  PROMOTION_FORMAT,
+  serializeDockerImagePromotion,
+  verifyDockerImagePromotion,
+} from "./promotion.ts";
 
 export const DOCKER_ADAPTER_ID = "airlock.quickjs-docker";
 export const DOCKER_ADAPTER_VERSION = "1";
@@ -108,7 +113,50 @@ export async function verifyDockerImage(options: DockerSandboxOptions): Promise<
  * stop the container.
  */
 export function createDockerQuickJsSandboxAdapter(options: DockerSandboxOptions): ClosableSandboxAdapter {
-  const checked = checkDockerOptions(options);
+  return containerAdapter(checkDockerOptions(options), () => undefined);
+}
+
+export interface PromotedDockerSandboxOptions extends DockerSandboxOptions {
+  /** The signed statement that the image passed a clean scan, and the public key the host pins for it. */
+  promotion: DockerImagePromotion;
+  /** Oldest scan accepted, in ms; default `DEFAULT_MAX_SCAN_AGE_MS` (24 h), at most `MAX_SCAN_AGE_MS` (7 days). */
+  maxScanAgeMs?: number;
+}
+
+/**
+ * The container adapter, for an image that must also carry a valid promotion: one whose signature verifies with its
+ * pinned key, for this image and provenance, with a clean scan, issued, not expired and not older than
+ * `maxScanAgeMs`. It is checked when the adapter is made (a bad one throws a `DockerPromotionError`, a TypeError,
+ * saying why) and again before every execution and every container start, so that one that expired runs nothing.
+ */
+export function createPromotedDockerQuickJsSandboxAdapter(
+  options: PromotedDockerSandboxOptions,
+): ClosableSandboxAdapter {
+  const checked = checkDockerOptions(options, ["promotion", "maxScanAgeMs"]);
+  if (!Object.hasOwn(options, "promotion")) {
+    throw new DockerPromotionError(
+      "a promotion is required (createDockerQuickJsSandboxAdapter runs an image without one)",
+    );
+  }
+  const maxScanAgeMs = checkMaxScanAge(options.maxScanAgeMs);
+  const { promotion } = options;
+  const expected = { image: checked.image, provenance: checked.provenance };
+  verifyDockerImagePromotion(promotion, expected, maxScanAgeMs);
+  return containerAdapter(checked, () => {
+    try {
+      verifyDockerImagePromotion(promotion, expected, maxScanAgeMs);
+      return undefined;
+    } catch (error) {
+      return error instanceof DockerPromotionError ? error.message : "the promotion could not be checked";
+    }
+  });
+}
+
+/**
+ * A container adapter whose image must verify, and which must pass `admit` (undefined, or why not) before every
+ * execution and container start.
+ */
+function containerAdapter(checked: CheckedDockerOptions, admit: () => string | undefined): ClosableSandboxAdapter {
   let verified: Promise<string | undefined> | undefined;
   const verify = () => {
     verified ??= verifyDockerImage(checked).then((why) => {
@@ -117,17 +165,21 @@ export function createDockerQuickJsSandboxAdapter(options: DockerSandboxOptions)
     });
     return verified;
   };
-  return createQuickJsProtocolAdapter({
-    id: DOCKER_ADAPTER_ID,
-    version: DOCKER_ADAPTER_VERSION,
-    qualification: "production",
-    isAvailable: async () => (await verify()) === undefined,
-    launch: async () => {
-      const why = await verify();
-      if (why !== undefined) throw new Error(`the docker image did not verify: ${why}`);
-      return containerTransport(checked);
+  const check = async () => admit() ?? (await verify());
+  return makeProtocolAdapter(
+    {
+      id: DOCKER_ADAPTER_ID,
+      version: DOCKER_ADAPTER_VERSION,
+      qualification: "production",
+      launch: async () => {
+        const why = await check();
+        if (why !== undefined) throw new Error(`the container cannot start: ${why}`);
+        return containerTransport(checked);
+      },
     },
-  });
+    async () => (await check()) === undefined,
+    check,
+  );
 }
 
 function containerTransport(options: CheckedDockerOptions): QuickJsProtocolTransport {

@@ -10,18 +10,13 @@
  *   process or sandbox you launch, over the message protocol of PROTOCOL.md; `serveQuickJsProtocol` is that VM side.
  */
 import { availableParallelism } from "node:os";
-import {
-  makeSandboxAdapter,
-  type SandboxAdapter,
-  type SandboxExecuteRequest,
-  type SandboxQualification,
-} from "../code-mode/adapter.ts";
+import { makeSandboxAdapter, type SandboxExecuteRequest } from "../code-mode/adapter.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
 import { WorkerPool } from "../host/worker-pool.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
-import { ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
+import type { ClosableSandboxAdapter } from "./protocol-adapter.ts";
 import { executeOnLauncher } from "./run.ts";
 
 export {
@@ -37,15 +32,17 @@ export {
   type ServeQuickJsProtocolOptions,
   serveQuickJsProtocol,
 } from "./protocol.ts";
+export {
+  type ClosableSandboxAdapter,
+  createQuickJsProtocolAdapter,
+  type QuickJsProtocolAdapterOptions,
+} from "./protocol-adapter.ts";
 export { VM_WALL_SLACK_MS, wrapProgramSource } from "./run.ts";
 
 export const QUICKJS_ADAPTER_ID = "airlock.quickjs";
 export const QUICKJS_ADAPTER_VERSION = "1";
 /** Default VMs per worker: executions of one worker that can wait on tools at once. */
 export const DEFAULT_QUICKJS_VMS_PER_WORKER = 8;
-
-/** An adapter that owns threads or connections: `close()` releases them (pending executions fail). */
-export type ClosableSandboxAdapter = SandboxAdapter & { close(): Promise<void> };
 
 export interface QuickJsSandboxAdapterOptions {
   /** Worker threads; default the smaller of 2 and the machine's available parallelism. */
@@ -62,12 +59,6 @@ const SANDBOX_OPTION_KEYS = optionKeys<QuickJsSandboxAdapterOptions>({
   wasmPath: true,
 });
 
-/** A misspelt option (`poolsize`, `maxVms`) must not leave its default in place unnoticed. */
-function refuseUnknown(options: object, what: string, known: readonly string[]): void {
-  const unknown = unknownOption(options, what, known);
-  if (unknown !== undefined) throw configError(unknown);
-}
-
 function positive(value: unknown, field: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > 1024) {
@@ -82,7 +73,9 @@ function positive(value: unknown, field: string, fallback: number): number {
  */
 export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOptions = {}): ClosableSandboxAdapter {
   if (typeof options !== "object" || options === null) throw configError("options must be an object");
-  refuseUnknown(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS);
+  // A misspelt option (`poolsize`, `maxVms`) must not leave its default in place unnoticed.
+  const unknown = unknownOption(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS);
+  if (unknown !== undefined) throw configError(unknown);
   const size = positive(options.poolSize, "poolSize", Math.min(2, Math.max(1, availableParallelism())));
   const maxVmsPerWorker = positive(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
   const wasmPath = options.wasmPath;
@@ -116,58 +109,6 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
         const open = pool;
         pool = undefined;
         await open?.close();
-      },
-    },
-  );
-}
-
-export interface QuickJsProtocolAdapterOptions {
-  id: string;
-  version: string;
-  /** Default `test`: declare `production` only for an outer sandbox whose guarantees you documented and tested. */
-  qualification?: SandboxQualification;
-  /**
-   * Starts the VM side (a process, container or remote sandbox running `serveQuickJsProtocol`) and returns the
-   * host's end of its message channel. Called on first use and again after a connection was closed or broke the
-   * protocol.
-   */
-  launch(): QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>;
-  /** Default: always available. */
-  isAvailable?(): boolean | Promise<boolean>;
-}
-
-const PROTOCOL_OPTION_KEYS = optionKeys<QuickJsProtocolAdapterOptions>({
-  id: true,
-  version: true,
-  qualification: true,
-  launch: true,
-  isAvailable: true,
-});
-
-/** Runs programs on Airlock's VM side inside a sandbox of your own, over the versioned protocol of PROTOCOL.md. */
-export function createQuickJsProtocolAdapter(options: QuickJsProtocolAdapterOptions): ClosableSandboxAdapter {
-  if (typeof options !== "object" || options === null) {
-    throw configError("createQuickJsProtocolAdapter needs { id, version, launch }");
-  }
-  refuseUnknown(options, "createQuickJsProtocolAdapter", PROTOCOL_OPTION_KEYS);
-  const { launch, isAvailable } = options;
-  if (typeof launch !== "function") throw configError("launch must be a function");
-  if (isAvailable !== undefined && typeof isAvailable !== "function")
-    throw configError("isAvailable must be a function");
-  let closed = false;
-  const launcher = new ProtocolLauncher(() => launch.call(options), hostMemoryBudget());
-  return makeSandboxAdapter(
-    {
-      id: options.id,
-      version: options.version,
-      qualification: options.qualification ?? "test",
-      isAvailable: () => (closed ? false : isAvailable === undefined ? true : isAvailable.call(options)),
-      execute: (request: SandboxExecuteRequest) => executeOnLauncher(launcher, request),
-    },
-    {
-      close: async () => {
-        closed = true;
-        await launcher.close();
       },
     },
   );

@@ -3,9 +3,10 @@
  * (`airlock-codemode/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
  */
 import type { JsonValue } from "../json/index.ts";
+import { optionKeys, unknownOption } from "../options.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
 import { configError } from "../tools/errors.ts";
-import { checkName } from "../tools/validate.ts";
+import { checkId, checkName } from "../tools/validate.ts";
 import type { CodeLanguage, CodeProgramLimits } from "./program.ts";
 
 /**
@@ -43,6 +44,8 @@ export interface SandboxProgram {
   readonly digest: string;
   readonly language: CodeLanguage;
   readonly source: string;
+  /** Bare package specifiers the program may import; a sandbox that cannot provide them answers `unsupported_program`. */
+  readonly approvedImports: readonly string[];
   readonly limits: CodeProgramLimits;
 }
 
@@ -70,9 +73,10 @@ export interface ProgramErrorInfo {
 }
 
 /**
- * A sandbox's answer. On success, give the output as a value or, if the sandbox has it as JSON text, as
- * `outputJson` (its size is then checked before it is parsed). On failure, give a reason and, when the program itself
- * threw, `programError`.
+ * A sandbox's answer, as plain data with exactly these fields. On success, give the output as a value or, if the
+ * sandbox has it as JSON text, as `outputJson` (its size is then checked before it is parsed). On failure, give a
+ * reason and, when the program itself threw, `programError` (two strings; kept only with `program_error`). Anything
+ * else (an unknown reason, another field, a getter, a success that also gives a reason) is read as a failed sandbox.
  */
 export type SandboxResult =
   | { readonly status: "succeeded"; readonly output: unknown }
@@ -101,11 +105,32 @@ export interface SandboxAdapter {
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
 }
 
+/**
+ * Why one of Airlock's own adapters cannot run programs now, in Airlock's own words (a promotion that expired, an
+ * image that does not verify), or undefined when it can. The executor puts the reason in its UNSUPPORTED_PROFILE
+ * message; an adapter of your own only answers `isAvailable()` (its text is not Airlock's).
+ */
+export type AvailabilityCheck = () => Promise<string | undefined>;
+
+const ADAPTER_DEFINITION_KEYS = optionKeys<SandboxAdapterDefinition>({
+  id: true,
+  version: true,
+  qualification: true,
+  isAvailable: true,
+  execute: true,
+});
+
 const adapters = new WeakSet<object>();
+const availabilityChecks = new WeakMap<object, AvailabilityCheck>();
 
 /** True only for adapters made by `defineSandboxAdapter` or Airlock's own adapter factories. */
 export function isSandboxAdapter(value: unknown): value is SandboxAdapter {
   return typeof value === "object" && value !== null && adapters.has(value);
+}
+
+/** The availability check of one of Airlock's own adapters that can say why it is unavailable. */
+export function availabilityCheckOf(adapter: SandboxAdapter): AvailabilityCheck | undefined {
+  return availabilityChecks.get(adapter);
 }
 
 /** Wraps a sandbox of your own. Declare `production` only for a sandbox whose guarantees you documented and tested. */
@@ -113,15 +138,18 @@ export function defineSandboxAdapter(definition: SandboxAdapterDefinition): Sand
   return makeSandboxAdapter(definition, {});
 }
 
-/** Airlock's own factories add their extra members (such as `close()`) here. */
+/** Airlock's own factories add their extra members (such as `close()`) here, and a check that says why not. */
 export function makeSandboxAdapter<X extends object>(
   definition: SandboxAdapterDefinition,
   extra: X,
+  check?: AvailabilityCheck,
 ): SandboxAdapter & X {
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineSandboxAdapter needs { id, version, qualification, isAvailable, execute }");
   }
-  const id = checkName(definition.id, "adapter id");
+  const unknown = unknownOption(definition, "defineSandboxAdapter", ADAPTER_DEFINITION_KEYS, "field");
+  if (unknown !== undefined) throw configError(unknown);
+  const id = checkId(definition.id, "adapter id");
   const version = checkName(definition.version, "adapter version");
   const { qualification, isAvailable, execute } = definition;
   if (qualification !== "production" && qualification !== "test") {
@@ -139,5 +167,6 @@ export function makeSandboxAdapter<X extends object>(
     execute: (request: SandboxExecuteRequest) => execute.call(definition, request),
   });
   adapters.add(adapter);
+  if (check !== undefined) availabilityChecks.set(adapter, check);
   return adapter;
 }

@@ -15,23 +15,27 @@ export {
   type ToolCallResult,
 } from "./adapter.ts";
 export {
-  ADAPTER_STOP_GRACE_MS,
-  AVAILABILITY_TIMEOUT_MS,
   CALL_SETTLE_GRACE_MS,
-  type CodeExecuteOptions,
-  type CodeExecutionOutcome,
-  type CodeMode,
   type CodeModeInvokeTool,
   type CodeToolCallContext,
-  type CodeUsage,
+  DEFAULT_MAX_TOOL_RESULT_BYTES,
+  MAX_CALL_ERROR_MESSAGE_CHARS,
+} from "./calls.ts";
+export { EXECUTION_ID_MEMORY } from "./execution-ids.ts";
+export {
+  ADAPTER_STOP_GRACE_MS,
+  AVAILABILITY_TIMEOUT_MS,
+  type CodeExecuteOptions,
+  type CodeMode,
   type CreateCodeModeOptions,
   createCodeMode,
-  DEFAULT_MAX_TOOL_RESULT_BYTES,
-  EXECUTION_ID_MEMORY,
-  MAX_CALL_ERROR_MESSAGE_CHARS,
+} from "./executor.ts";
+export {
+  type CodeExecutionOutcome,
+  type CodeUsage,
   MAX_PROGRAM_ERROR_MESSAGE_CHARS,
   MAX_PROGRAM_ERROR_NAME_CHARS,
-} from "./executor.ts";
+} from "./outcome.ts";
 export {
   type AnyCodeProgram,
   CODE_PROGRAM_LIMIT_RANGES,

@@ -7,12 +7,22 @@ import type { z } from "zod";
 import { jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
-import { configError } from "../tools/errors.ts";
-import { checkInteger, checkName, checkSchema, checkText, schemaDescription } from "../tools/validate.ts";
+import { AirlockError, configError } from "../tools/errors.ts";
+import {
+  checkId,
+  checkInteger,
+  checkName,
+  checkSchema,
+  checkText,
+  MAX_NAME_CHARS,
+  schemaDescription,
+} from "../tools/validate.ts";
 import { functionSourceProblem } from "./function-source.ts";
 
 /** Characters of a program's source. */
 export const MAX_SOURCE_CHARS = 1024 * 1024;
+/** Entries of `approvedImports`. */
+export const MAX_APPROVED_IMPORTS = 64;
 /** Largest byte cap of a value crossing the sandbox boundary (input, output, one tool input). */
 export const MAX_BOUNDARY_BYTES = 4 * 1024 * 1024;
 
@@ -38,23 +48,27 @@ export interface CodeProgramLimits {
   readonly maxToolConcurrency: number;
 }
 
-/** The range of each limit, inclusive. */
+/** The range of each limit, inclusive. The upper bounds of time, memory and concurrency are Mayura's. */
 export const CODE_PROGRAM_LIMIT_RANGES: { readonly [K in keyof CodeProgramLimits]: readonly [number, number] } =
   Object.freeze({
     cpuMillis: [1, 60 * 60 * 1000],
-    wallTimeMillis: [1, 24 * 60 * 60 * 1000],
-    memoryBytes: [1024 * 1024, 4 * 1024 * 1024 * 1024],
+    wallTimeMillis: [1, 60 * 60 * 1000],
+    memoryBytes: [1024 * 1024, 2 * 1024 * 1024 * 1024],
     scratchBytes: [0, 64 * 1024 * 1024 * 1024],
     maxInputBytes: [1, MAX_BOUNDARY_BYTES],
     maxOutputBytes: [1, MAX_BOUNDARY_BYTES],
     maxToolInputBytes: [1, MAX_BOUNDARY_BYTES],
     maxToolCalls: [0, 100_000],
-    maxToolConcurrency: [1, 256],
+    maxToolConcurrency: [1, 128],
   } as const);
 
 const LIMIT_NAMES = Object.keys(CODE_PROGRAM_LIMIT_RANGES) as (keyof CodeProgramLimits)[];
 
-export type CodeLanguage = "javascript";
+/**
+ * The language the source is written in. Programs may be defined in TypeScript (their digest then says so), but
+ * Airlock's QuickJS adapters run only JavaScript: they answer a TypeScript program with UNSUPPORTED_PROFILE.
+ */
+export type CodeLanguage = "javascript" | "typescript";
 
 export interface CodeProgramDefinition<I extends z.ZodType, O extends z.ZodType> {
   id: string;
@@ -70,6 +84,11 @@ export interface CodeProgramDefinition<I extends z.ZodType, O extends z.ZodType>
   outputSchemaId: string;
   /** The only tools the program can call. */
   tools: readonly AnyTool[];
+  /**
+   * Bare package specifiers the program may import, as approved by whoever reviewed it. Airlock's QuickJS adapters
+   * run no imports: a program that lists any is UNSUPPORTED_PROFILE there. Default none.
+   */
+  approvedImports?: readonly string[];
   limits: CodeProgramLimits;
 }
 
@@ -86,6 +105,7 @@ export interface CodeProgram<I extends z.ZodType = z.ZodType, O extends z.ZodTyp
   readonly inputSchemaId: string;
   readonly outputSchemaId: string;
   readonly tools: readonly AnyTool[];
+  readonly approvedImports: readonly string[];
   readonly limits: CodeProgramLimits;
   /** `maxToolCalls` times the most expensive tool's `costMicros`. */
   readonly maximumCostMicros: number;
@@ -106,6 +126,7 @@ const PROGRAM_DEFINITION_KEYS = [
     inputSchemaId: true,
     outputSchemaId: true,
     tools: true,
+    approvedImports: true,
     limits: true,
   }),
   ...optionKeys<Omit<CodeProgram, keyof CodeProgramDefinition<z.ZodType, z.ZodType>>>({
@@ -133,10 +154,13 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
   }
   const unknown = unknownOption(definition, "a program definition", PROGRAM_DEFINITION_KEYS, "field");
   if (unknown !== undefined) throw configError(unknown);
-  const id = checkName(definition.id, "program id");
+  const id = checkId(definition.id, "program id");
   const version = checkName(definition.version, "program version");
   const intent = checkText(definition.intent, "program intent");
-  if (definition.language !== "javascript") throw configError("program language must be 'javascript'");
+  const language = definition.language;
+  if (language !== "javascript" && language !== "typescript") {
+    throw configError("program language must be 'javascript' or 'typescript'");
+  }
   if (typeof definition.source !== "string" || definition.source.trim() === "") {
     throw configError("program source must be a non-empty string");
   }
@@ -163,16 +187,26 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
     ids.add(tool.id);
   }
   const tools = Object.freeze([...definition.tools]);
+  const approvedImports = checkImports(definition.approvedImports);
   const limits = checkLimits(definition.limits);
   const maxCost = tools.reduce((max, tool) => Math.max(max, tool.costMicros), 0);
-  const maximumCostMicros = Math.min(maxCost * limits.maxToolCalls, Number.MAX_SAFE_INTEGER);
+  const maximumCostMicros = maxCost * limits.maxToolCalls;
+  if (!Number.isSafeInteger(maximumCostMicros)) {
+    // A cost that cannot be counted exactly could not be reserved or reconciled exactly either.
+    throw new AirlockError(
+      "LIMIT_EXCEEDED",
+      "the program's maximum cost (its most expensive tool's costMicros times limits.maxToolCalls) is past Number.MAX_SAFE_INTEGER",
+    );
+  }
   const digest = jsonDigest(
     {
       kind: "airlock.code-program/1",
       id,
       version,
       intent,
-      language: "javascript",
+      language,
+      // Listed only when there are some, so that the digests of programs without imports stay what they were.
+      ...(approvedImports.length > 0 ? { approvedImports } : {}),
       source,
       inputSchemaId,
       outputSchemaId,
@@ -188,19 +222,46 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
     id,
     version,
     intent,
-    language: "javascript" as const,
+    language,
     source,
     input,
     output,
     inputSchemaId,
     outputSchemaId,
     tools,
+    approvedImports,
     limits,
     maximumCostMicros,
     digest,
   });
   programs.add(program);
   return program;
+}
+
+function checkImports(value: unknown): readonly string[] {
+  if (value === undefined) return Object.freeze([]);
+  if (!Array.isArray(value) || value.length > MAX_APPROVED_IMPORTS) {
+    throw configError(`program approvedImports must be an array of at most ${MAX_APPROVED_IMPORTS} specifiers`);
+  }
+  const seen = new Set<string>();
+  for (const specifier of value as unknown[]) {
+    // A bare package name: no URL scheme (`node:`, `https:`), no absolute or Windows path.
+    if (
+      typeof specifier !== "string" ||
+      specifier.trim() === "" ||
+      specifier.length > MAX_NAME_CHARS ||
+      specifier.includes(":") ||
+      specifier.includes("\\") ||
+      specifier.startsWith("/")
+    ) {
+      throw configError(
+        `every entry of program approvedImports must be a bare package specifier of 1-${MAX_NAME_CHARS} characters, without ':', '\\' or a leading '/'`,
+      );
+    }
+    if (seen.has(specifier)) throw configError("program approvedImports may not list the same specifier twice");
+    seen.add(specifier);
+  }
+  return Object.freeze([...(value as string[])]);
 }
 
 function checkLimits(value: unknown): CodeProgramLimits {

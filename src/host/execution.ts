@@ -85,6 +85,8 @@ export class Execution {
   /** How the run ended, as the engine (or the host, for its own stops) says: see RunEndReason. */
   reason: RunEndReason | undefined;
   private highestSeq = 0;
+  /** The VM numbers a run's calls 1, 2, ...: an id that is not new would run a tool twice for one call. */
+  private lastCallId = 0;
   private run!: LaunchedRun;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private readonly onAbort = () => this.stop("aborted", "The execution was aborted");
@@ -276,6 +278,13 @@ export class Execution {
   }
 
   private onCall(id: number, target: "tool" | "global", name: string, argsJson: string | undefined): void {
+    if (id <= this.lastCallId) {
+      this.fail(
+        `the VM sent call id ${id} after call id ${this.lastCallId}: a call id is used once, in increasing order`,
+      );
+      return;
+    }
+    this.lastCallId = id;
     const handler = this.options.handler;
     let args: unknown;
     try {

@@ -4,6 +4,7 @@ import { type JsonValue, jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "./errors.ts";
 import {
+  checkId,
   checkInteger,
   checkName,
   checkNames,
@@ -13,9 +14,18 @@ import {
   schemaDescription,
 } from "./validate.ts";
 
-/** What a tool does to the world: reads, writes, or acts on the host itself. Each needs `effect:<effect>`. */
-export type ToolEffect = "read" | "write" | "host";
-export const TOOL_EFFECTS: readonly ToolEffect[] = Object.freeze(["read", "write", "host"]);
+/**
+ * What a tool does to the world: nothing (a pure computation), reads, writes, or acts on the host itself. Every effect
+ * but `none` needs the permission `effect:<effect>`. A `write` or `host` tool that fails may have acted before it
+ * failed, so its failure is `outcome_unknown`; a `none` or `read` tool's failure changes nothing.
+ */
+export type ToolEffect = "none" | "read" | "write" | "host";
+export const TOOL_EFFECTS: readonly ToolEffect[] = Object.freeze(["none", "read", "write", "host"]);
+
+/** Whether a call of a tool with these effects can have changed anything outside when it failed. */
+export function changesNothing(effects: ToolEffect): boolean {
+  return effects === "none" || effects === "read";
+}
 
 /** Default time a tool may run before it is stopped (`TIMEOUT`, or `OUTCOME_UNKNOWN` for write and host tools). */
 export const DEFAULT_TOOL_TIMEOUT_MS = 30_000;
@@ -90,12 +100,14 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   readonly roles: readonly string[];
   readonly permissions: readonly string[];
   readonly timeoutMillis: number;
-  /** SHA-256 over the canonical JSON of everything above except `execute` and the guards' code. */
+  /** SHA-256 over the canonical JSON of everything above and the guards' ids (not their code, nor the handler's). */
   readonly digest: string;
-  execute(input: z.output<I>, context: ToolContext): Promise<z.input<O>> | z.input<O>;
 }
 
-/** A definition's fields, and a tool's own (recomputed), so that `defineTool({ ...tool, id })` derives a tool. */
+/**
+ * A definition's fields, and a tool's own (recomputed), so that `defineTool({ ...tool, id, execute })` derives a tool
+ * (a tool does not carry its handler: pass it again).
+ */
 const TOOL_DEFINITION_KEYS = [
   ...optionKeys<ToolDefinition<z.ZodType, z.ZodType>>({
     id: true,
@@ -115,31 +127,50 @@ const TOOL_DEFINITION_KEYS = [
   ...optionKeys<Omit<Tool, keyof ToolDefinition<z.ZodType, z.ZodType>>>({ kind: true, digest: true }),
 ];
 
-// biome-ignore lint/suspicious/noExplicitAny: a tool of any schemas; its execute is only ever called with validated input.
+// biome-ignore lint/suspicious/noExplicitAny: a tool of any schemas; its handler is only ever called with validated input.
 export type AnyTool = Tool<any, any>;
 
-const tools = new WeakSet<object>();
+type Handler = (input: unknown, context: ToolContext) => unknown;
+
+/**
+ * Each tool's handler, kept off the tool: whoever holds a tool (a program's definition, a registry, a log) can read
+ * its metadata but cannot run it except through `invokeTool`, under its permissions, guards and budget.
+ */
+const handlers = new WeakMap<object, Handler>();
 
 /** True only for tools made by `defineTool` (copies, spreads and look-alikes are not). */
 export function isTool(value: unknown): value is AnyTool {
-  return typeof value === "object" && value !== null && tools.has(value);
+  return typeof value === "object" && value !== null && handlers.has(value);
 }
 
-/** The permissions `invokeTool` requires for a tool: `tool:<id>`, `effect:<effect>` and every capability. */
+/** The handler of a tool made by `defineTool`, for the broker only. */
+export function handlerOf(tool: AnyTool): Handler {
+  const handler = handlers.get(tool);
+  if (handler === undefined) throw configError("the tool was not made by defineTool");
+  return handler;
+}
+
+/**
+ * The permissions `invokeTool` requires for a tool: `tool:<id>`, `effect:<effect>` (none for a pure tool, whose
+ * effects are `none`) and every capability.
+ */
 export function requiredPermissions(tool: AnyTool): readonly string[] {
-  return [`tool:${tool.id}`, `effect:${tool.effects}`, ...tool.capabilities];
+  const effect = tool.effects === "none" ? [] : [`effect:${tool.effects}`];
+  return [`tool:${tool.id}`, ...effect, ...tool.capabilities];
 }
 
 export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition: ToolDefinition<I, O>): Tool<I, O> {
   if (typeof definition !== "object" || definition === null) throw configError("defineTool needs a definition object");
   const unknown = unknownOption(definition, "a tool definition", TOOL_DEFINITION_KEYS, "field");
   if (unknown !== undefined) throw configError(unknown);
-  const id = checkName(definition.id, "tool id");
+  const id = checkId(definition.id, "tool id");
   const version = checkName(definition.version, "tool version");
   const description = checkText(definition.description, "tool description");
   const input = checkSchema(definition.input, "tool input") as I;
   const output = checkSchema(definition.output, "tool output") as O;
-  if (!TOOL_EFFECTS.includes(definition.effects)) throw configError("tool effects must be 'read', 'write' or 'host'");
+  if (!TOOL_EFFECTS.includes(definition.effects)) {
+    throw configError("tool effects must be 'none', 'read', 'write' or 'host'");
+  }
   const capabilities = checkNames(definition.capabilities, "tool capabilities", true);
   const costMicros = checkInteger(definition.costMicros, "tool costMicros", 0, MAX_COST_MICROS);
   if (typeof definition.execute !== "function") throw configError("tool execute must be a function");
@@ -184,9 +215,8 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
     permissions,
     timeoutMillis,
     digest,
-    execute: (value: z.output<I>, context: ToolContext) => execute(value, context),
   });
-  tools.add(tool);
+  handlers.set(tool, (value, context) => execute(value as z.output<I>, context));
   return tool;
 }
 
@@ -199,7 +229,7 @@ function checkGuards<I>(value: unknown): readonly ToolGuard<I>[] {
     if (typeof guard !== "object" || guard === null || typeof (guard as ToolGuard).check !== "function") {
       throw configError("every tool guard must be { id, check(input, context) }");
     }
-    const id = checkName((guard as ToolGuard).id, "guard id");
+    const id = checkId((guard as ToolGuard).id, "guard id");
     if (ids.has(id)) throw configError("tool guards must have distinct ids");
     ids.add(id);
     const check = (guard as ToolGuard<I>).check;

@@ -5,16 +5,29 @@
  * must fit the budget; then the tool runs with the trusted scope and a signal, and its output must be JSON within
  * limits and match its schema.
  *
- * Once a tool has started, only its own answer settles the call. A read tool that is cancelled or times out ends as
- * CANCELLED or TIMEOUT; a write or host tool that does not answer successfully by then ends as OUTCOME_UNKNOWN, and its
- * cost stays held on the budget as unknown.
+ * Refused input is INVALID_INPUT (not JSON, over maxInputBytes, a `__proto__` key, or not matching the schema) and
+ * refused output INVALID_OUTPUT, the message naming the rule. Guards and the tool see a deep-frozen input and scope.
+ *
+ * Once a tool has started, only its own answer settles the call. A `none` or `read` tool that throws is TOOL_FAILED,
+ * and one that is cancelled or times out CANCELLED or TIMEOUT; a `write` or `host` tool that throws, or does not
+ * answer by then, may have acted before it failed, so it ends as OUTCOME_UNKNOWN, and its cost stays held on the
+ * budget as unknown.
  */
 import type { z } from "zod";
 import { type JsonValue, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { Budget } from "./budget.ts";
-import { type AnyTool, isTool, requiredPermissions, type Scope, type Tool, type ToolContext } from "./define.ts";
-import { type ErrorCode, type FailedOutcome, failure, type Outcome } from "./errors.ts";
+import {
+  type AnyTool,
+  changesNothing,
+  handlerOf,
+  isTool,
+  requiredPermissions,
+  type Scope,
+  type Tool,
+  type ToolContext,
+} from "./define.ts";
+import { type FailedOutcome, failure, type Outcome } from "./errors.ts";
 import { parseWithSchema } from "./validate.ts";
 
 /** Time a guard or the onCall hook has to answer. */
@@ -210,8 +223,10 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   // ---- input: JSON within limits ----
   const copied = tryCopyJson(input, { maxBytes: maxInputBytes }, { freeze: true });
   if (!copied.ok) {
-    const { code, message } = copied.error;
-    return failure(code, `the tool input was refused: ${message}`);
+    return failure(
+      "INVALID_INPUT",
+      `the tool input was refused (maxInputBytes ${maxInputBytes}): ${copied.error.message}`,
+    );
   }
   const jsonInput = copied.json.value;
 
@@ -257,6 +272,8 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   const parsed = await parseWithSchema(tool.input, jsonInput);
   if (!parsed.ok) return failure("INVALID_INPUT", "the input does not match the tool's input schema");
   if (signal?.aborted) return cancelledBeforeStart();
+  // The schema's output is a new value: guards and the tool get it frozen, so none of them can change what the next sees.
+  const validInput = deepFreeze(parsed.value);
 
   const guardContext: ToolContext = Object.freeze({ runId, callId, scope, signal: signal ?? NEVER_ABORTED });
 
@@ -264,7 +281,7 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   for (const guard of tool.guards) {
     let pending: Promise<unknown>;
     try {
-      pending = Promise.resolve(guard.check(parsed.value, guardContext));
+      pending = Promise.resolve(guard.check(validInput, guardContext));
     } catch {
       pending = Promise.reject(new Error("guard threw"));
     }
@@ -309,7 +326,7 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   const toolContext: ToolContext = Object.freeze({ runId, callId, scope, signal: controller.signal });
   let running: Promise<unknown>;
   try {
-    running = Promise.resolve(tool.execute(parsed.value, toolContext));
+    running = Promise.resolve(handlerOf(tool)(validInput, toolContext));
   } catch (error) {
     running = Promise.reject(error);
   }
@@ -320,7 +337,7 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   signal?.removeEventListener("abort", onAbort);
 
   const cost = tool.costMicros;
-  const writes = tool.effects !== "read";
+  const writes = !changesNothing(tool.effects);
   if (stopCause !== undefined && (settled.kind !== "value" || !writes)) {
     if (writes) {
       reservation.markUnknown();
@@ -342,25 +359,46 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
       0,
     );
   }
+  if (settled.kind !== "value") {
+    if (writes) {
+      // It may have acted before it threw: nobody knows whether its effect happened.
+      reservation.markUnknown();
+      return withCost(
+        failure("OUTCOME_UNKNOWN", `the ${tool.effects} tool threw; whether its effect happened is unknown`),
+        0,
+        cost,
+      );
+    }
+    reservation.commit();
+    return withCost(failure("TOOL_FAILED", "the tool failed"), cost, 0);
+  }
   reservation.commit();
-  if (settled.kind !== "value") return withCost(failure("TOOL_FAILED", "the tool failed"), cost, 0);
   return withCost(await checkOutput(tool, settled.value, maxOutputBytes), cost, 0);
 }
 
 async function checkOutput(tool: AnyTool, raw: unknown, maxBytes: number): Promise<Outcome<unknown>> {
   const copied = tryCopyJson(raw, { maxBytes }, {});
-  if (!copied.ok) return outputRefused(copied.error.code, copied.error.message);
+  if (!copied.ok) return outputRefused(maxBytes, copied.error.message);
   const parsed = await parseWithSchema(tool.output, copied.json.value);
   if (!parsed.ok) return failure("INVALID_OUTPUT", "the tool's output does not match its output schema");
   const final = tryCopyJson(parsed.value, { maxBytes }, { freeze: true });
-  if (!final.ok) return outputRefused(final.error.code, final.error.message);
+  if (!final.ok) return outputRefused(maxBytes, final.error.message);
   return Object.freeze({ status: "succeeded" as const, output: final.json.value });
 }
 
-function outputRefused(code: ErrorCode, message: string): FailedOutcome {
-  return code === "LIMIT_EXCEEDED"
-    ? failure("LIMIT_EXCEEDED", `the tool's output was refused: ${message}`)
-    : failure("INVALID_OUTPUT", `the tool's output is not JSON: ${message}`);
+function outputRefused(maxBytes: number, message: string): FailedOutcome {
+  return failure("INVALID_OUTPUT", `the tool's output was refused (maxOutputBytes ${maxBytes}): ${message}`);
+}
+
+/** Freezes a value and, through its arrays and plain objects, everything in it. */
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== "object" || value === null || Object.isFrozen(value)) return value;
+  Object.freeze(value);
+  const proto = Object.getPrototypeOf(value);
+  if (Array.isArray(value) || proto === Object.prototype || proto === null) {
+    for (const item of Object.values(value)) deepFreeze(item);
+  }
+  return value;
 }
 
 function refusal(value: unknown): "PERMISSION_DENIED" | "LIMIT_EXCEEDED" | undefined | null {

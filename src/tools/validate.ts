@@ -8,11 +8,22 @@ export const MAX_NAME_CHARS = 256;
 export const MAX_DESCRIPTION_CHARS = 16 * 1024;
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$/;
+const ID = /^[A-Za-z][A-Za-z0-9_.:/@+-]*$/;
 
 export function checkName(value: unknown, field: string): string {
   if (typeof value !== "string" || value.length === 0 || value.length > MAX_NAME_CHARS || !NAME.test(value)) {
     throw configError(
       `${field} must be 1-${MAX_NAME_CHARS} characters of letters, digits and _.:/@+- starting with a letter or digit`,
+    );
+  }
+  return value;
+}
+
+/** An id (of a tool, guard, program or adapter): a name that starts with a letter, as Mayura's ids do. */
+export function checkId(value: unknown, field: string): string {
+  if (typeof value !== "string" || value.length === 0 || value.length > MAX_NAME_CHARS || !ID.test(value)) {
+    throw configError(
+      `${field} must be 1-${MAX_NAME_CHARS} characters of letters, digits and _.:/@+- starting with a letter`,
     );
   }
   return value;
