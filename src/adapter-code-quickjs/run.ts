@@ -98,6 +98,9 @@ export async function executeOnLauncher(launcher: Launcher, request: SandboxExec
       return result.programError === undefined
         ? { status: "failed", reason: "program_error" }
         : { status: "failed", reason: "program_error", programError: result.programError };
+    case "stalled":
+      // A program error, with nothing the program threw to report.
+      return { status: "failed", reason: "program_error" };
     case "cpu_limit":
     case "memory_limit":
       return { status: "failed", reason: result.reason };

@@ -74,13 +74,22 @@ export type CallOutcome =
 /**
  * How a run ended, as the engine saw it: code mode and the host map these to their own codes without reading error
  * texts. `returned` includes `exit()`; `threw` is a script error (also one it failed to parse, or a limit of the
- * script environment such as its output); `cpu_limit` and `memory_limit` are the VM's own limits; `deadline` its
+ * script environment such as its output); `stalled`: it waits on a promise nothing can settle; `cpu_limit` and `memory_limit` are the VM's own limits; `deadline` its
  * wall clock; `stopped` a stop from the host (an abort); `vm_failed` anything that is the VM side's fault.
  */
-export type RunEndReason = "returned" | "threw" | "cpu_limit" | "memory_limit" | "deadline" | "stopped" | "vm_failed";
+export type RunEndReason =
+  | "returned"
+  | "threw"
+  | "stalled"
+  | "cpu_limit"
+  | "memory_limit"
+  | "deadline"
+  | "stopped"
+  | "vm_failed";
 export const RUN_END_REASONS: readonly RunEndReason[] = [
   "returned",
   "threw",
+  "stalled",
   "cpu_limit",
   "memory_limit",
   "deadline",

@@ -252,7 +252,7 @@ export class VmRun {
     if (crash) return crash;
     if (this.pending.size === 0) {
       return this.failure(
-        "threw",
+        "stalled",
         "script",
         "The script is waiting on a promise that can never settle: no tool call is pending, and timers do not exist here.",
         "Error",

@@ -32,6 +32,8 @@ export const PROGRAM_CONFIGURATION = runConfiguration({ tools: [], globals: [], 
 
 export type ProgramFailureReason =
   | "program_error"
+  /** It waits on a promise nothing can settle: the engine says so, and the program threw nothing. */
+  | "stalled"
   | "cpu_limit"
   | "memory_limit"
   | "timeout"
@@ -86,6 +88,7 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
 const FAILURE_REASONS: Record<RunEndReason, ProgramFailureReason> = {
   returned: "sandbox_error",
   threw: "program_error",
+  stalled: "stalled",
   cpu_limit: "cpu_limit",
   memory_limit: "memory_limit",
   deadline: "timeout",
