@@ -257,6 +257,63 @@ row("6. RSS growth 1,000 -> 10,000 executions", "%", ((rssEnd - rss1000) / rss10
 await airWorker.close();
 await airInline.close();
 
+// 7. neighbours of spinning scripts: 8 concurrent executions that each call a tool, in rounds, with 0, 1 and 2
+// `while (true) {}` spinning on a pool of the default size (one worker per core). Each spinner is given time to
+// settle first (the pool sees its worker computing and grows); the rows say how much later the neighbours finish.
+step("7. neighbours of spinning scripts");
+const neighbours = new CodemodeSandbox({ tools, timeoutMs: 60_000 });
+await neighbours.warm();
+const percentile = (values, p) =>
+  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * p))];
+async function neighbourLatency(spinners) {
+  const stop = new AbortController();
+  const spinning = Array.from({ length: spinners }, () =>
+    neighbours.execute("while (true) {}", { signal: stop.signal }),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const times = [];
+  for (let round = 0; round < n(40, 10); round++) {
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const start = performance.now();
+        const result = await neighbours.execute("return await tools.echo(1)");
+        if (!result.ok) throw new Error(`a neighbour failed: ${result.error.message}`);
+        times.push(performance.now() - start);
+      }),
+    );
+  }
+  stop.abort();
+  await Promise.all(spinning);
+  return { median: median(times), p99: percentile(times, 0.99) };
+}
+const calm = await neighbourLatency(0);
+const one = await neighbourLatency(1);
+const two = await neighbourLatency(2);
+row("7. 8 neighbours, no spinner (median / p99)", "ms", calm.median, undefined);
+row("7.   p99", "ms", calm.p99, undefined);
+row("7. 8 neighbours, 1 spinner (median)", "ms", one.median, undefined);
+row("7.   p99", "ms", one.p99, undefined);
+row("7. 8 neighbours, 2 spinners (median)", "ms", two.median, undefined);
+row("7.   p99", "ms", two.p99, undefined);
+await neighbours.close();
+
+// 8. the first executions after warm(), against the steady state: warm() runs each worker's warm-up and the host's.
+step("8. the first executions after warm()");
+const fresh = new CodemodeSandbox({ tools, timeoutMs: 60_000 });
+await fresh.warm();
+const firstTimes = [];
+for (let i = 0; i < 330; i++) {
+  const start = performance.now();
+  await fresh.execute("return await tools.echo(1)");
+  firstTimes.push(performance.now() - start);
+}
+await fresh.close();
+const first30 = median(firstTimes.slice(0, 30));
+const steady = median(firstTimes.slice(300));
+row("8. first 30 after warm(), worker (median)", "ms", first30, undefined);
+row("8. executions 300-330 (median)", "ms", steady, undefined);
+row("8. first 30 / steady", "ratio", first30 / steady, undefined);
+
 mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
 const report = { date: new Date().toISOString(), machine, quick, rows };
 writeFileSync(new URL("./results/latest.json", import.meta.url), `${JSON.stringify(report, null, 2)}\n`);

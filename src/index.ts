@@ -15,10 +15,20 @@ export {
   MAX_STORE_VALUE_CHARS,
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
+export { MAX_JOURNAL_CLOCK_READS } from "./engine/protocol.ts";
+export { MAX_BATCH_CHARS } from "./engine/serve.ts";
 export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm.ts";
 export { WasmRewriteError } from "./engine/write-tracking.ts";
+export { MAX_JOURNAL_CHARS } from "./host/journal.ts";
 export { DEFAULT_GUEST_MEMORY_SHARE } from "./host/memory-budget.ts";
-export { type PoolStats, REMOTE_STOP_GRACE_MS, STOP_GRACE_MS, STUCK_AFTER_MS } from "./host/pool.ts";
+export {
+  MAX_CRASHES_PER_RUN,
+  type PoolStats,
+  REMOTE_STOP_GRACE_MS,
+  STOP_GRACE_MS,
+  STUCK_AFTER_MS,
+  WARM_RUNS,
+} from "./host/pool.ts";
 export { MAX_POOL_SIZE_PER_CORE } from "./host/worker-pool.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export * from "./process/index.ts";

@@ -162,7 +162,9 @@ export const StopCode = { none: 0, timeout: 1, aborted: 2 } as const;
 export class ProtocolError extends Error {}
 
 /** Clock values one run may report for its journal before it stops being replayable. */
-export const MAX_JOURNAL_CLOCK_READS = 4096;
+export const MAX_JOURNAL_CLOCK_READS = 65_536;
+/** Clock values one `clock` message carries at most. */
+export const CLOCK_READS_PER_MESSAGE = 1024;
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 const isStr = (v: unknown): v is string => typeof v === "string";
@@ -251,7 +253,7 @@ export function parseVmEvent(value: unknown): VmEvent {
       exactKeys(m, ["type", "exec", "reads"], "clock");
       if (
         m.reads !== null &&
-        (!Array.isArray(m.reads) || m.reads.length > MAX_JOURNAL_CLOCK_READS || !m.reads.every(isFiniteNumber))
+        (!Array.isArray(m.reads) || m.reads.length > CLOCK_READS_PER_MESSAGE || !m.reads.every(isFiniteNumber))
       ) {
         throw new ProtocolError("clock.reads is not a list of numbers or null");
       }

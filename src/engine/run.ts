@@ -8,6 +8,7 @@ import { MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts
 import { Op } from "./prelude.ts";
 import {
   type CallOutcome,
+  CLOCK_READS_PER_MESSAGE,
   type ConfigurationContent,
   CPU_LIMIT_ERROR,
   DEADLINE_MESSAGE,
@@ -22,9 +23,6 @@ import {
 import { cleanStack, wrapperColumns } from "./script-wrapper.ts";
 import type { HostArgs, Primitive } from "./values.ts";
 import { type GuestVm, Interrupted, JSException, type VmClock, type VmImage } from "./vm.ts";
-
-/** Clock values one `clock` message carries at most; a run that reads more sends several. */
-const CLOCK_READS_PER_MESSAGE = 1024;
 
 export class VmRun {
   nextCallId = 0;
