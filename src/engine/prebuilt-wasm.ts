@@ -8,12 +8,17 @@
 import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { catchableOutOfMemory } from "./catchable-oom.ts";
 import { instrumentWrites } from "./write-tracking.ts";
 
 const MODULE_FILE = new URL("./quickjs-tracked.wasm", import.meta.url);
 const DIGESTS_FILE = new URL("./quickjs-tracked.json", import.meta.url);
-/** The rewriter's own file, as it is run (its digest tells a prebuilt module made by an older rewriter). */
-const REWRITER_FILE = new URL(`./write-tracking${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`, import.meta.url);
+/** The rewriters' own files, as they are run (their digest tells a prebuilt module made by older rewriters). */
+const EXTENSION = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+const REWRITER_FILES = [
+  new URL(`./catchable-oom${EXTENSION}`, import.meta.url),
+  new URL(`./write-tracking${EXTENSION}`, import.meta.url),
+];
 
 interface Digests {
   source: string;
@@ -22,6 +27,7 @@ interface Digests {
 }
 
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+const rewriterDigest = () => sha256(Buffer.concat(REWRITER_FILES.map((file) => readFileSync(file))));
 
 /** The prebuilt instrumented module for `source`, or undefined when there is none for exactly these bytes. */
 export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffer> | undefined {
@@ -29,7 +35,7 @@ export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffe
   let bytes: Buffer;
   try {
     digests = JSON.parse(readFileSync(DIGESTS_FILE, "utf8")) as Digests;
-    if (digests.source !== sha256(source) || digests.rewriter !== sha256(readFileSync(REWRITER_FILE))) return undefined;
+    if (digests.source !== sha256(source) || digests.rewriter !== rewriterDigest()) return undefined;
     bytes = readFileSync(MODULE_FILE);
   } catch {
     return undefined;
@@ -42,11 +48,11 @@ export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffe
 /** Writes the instrumented module of the installed quickjs-wasi beside this file (run by `npm run build`). */
 export function writePrebuiltTrackedModule(): void {
   const source = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
-  const module = instrumentWrites(source);
+  const module = instrumentWrites(catchableOutOfMemory(source));
   writeFileSync(MODULE_FILE, module);
   const digests: Digests = {
     source: sha256(source),
-    rewriter: sha256(readFileSync(REWRITER_FILE)),
+    rewriter: rewriterDigest(),
     module: sha256(module),
   };
   writeFileSync(DIGESTS_FILE, `${JSON.stringify(digests, null, 2)}\n`);

@@ -18,6 +18,7 @@
  */
 import { createHash, randomFillSync } from "node:crypto";
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
+import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
@@ -40,6 +41,8 @@ interface Exports extends ValueExports {
   qjs_run_gc(): void;
   /** Present in modules instrumented by write-tracking.ts. */
   [MARK_EXPORT]?: (address: number, length: number) => void;
+  /** Present in modules rewritten by catchable-oom.ts: the engine's out-of-memory errors so far. */
+  [OUT_OF_MEMORY_EXPORT]?: WebAssembly.Global;
 }
 
 /** quickjs-wasi's private members this module relies on (pinned version). */
@@ -552,7 +555,20 @@ export class GuestVm {
     }
   }
 
-  /** True for the uncatchable errors QuickJS raises itself (interrupt, out of memory). */
+  /**
+   * The out-of-memory errors the engine raised since the last call (a refused allocation, which the script may have
+   * caught), and zeroes the count; undefined for a module not rewritten by catchable-oom.ts. The count lives outside
+   * the memory image, so that resets leave it alone: take it at the start and the end of a run.
+   */
+  takeOutOfMemoryErrors(): number | undefined {
+    const counter = this.exports[OUT_OF_MEMORY_EXPORT];
+    if (!counter) return undefined;
+    const count = counter.value as number;
+    counter.value = 0;
+    return count;
+  }
+
+  /** True for the uncatchable errors QuickJS raises itself (an interrupt; out of memory in a module not rewritten). */
   isUncatchable(error: JSException): boolean {
     return !error.handle.disposed && this.exports.qjs_is_uncatchable_error(error.handle.ptr) !== 0;
   }

@@ -57,7 +57,7 @@ export class WasmRewriteError extends Error {
 }
 
 /** Reads a module's sections (their LEB128 numbers decoded by the code Decoder's reader). */
-class Reader {
+export class Reader {
   pos: number;
   private readonly leb: Decoder;
   constructor(
@@ -116,7 +116,7 @@ class Reader {
 }
 
 /** A growable byte buffer for the rewritten code. */
-class Writer {
+export class Writer {
   private buffer: Uint8Array;
   length = 0;
 
@@ -186,7 +186,7 @@ class Writer {
 const encoder = new Writer(16);
 
 /** A number as an unsigned LEB128, as bytes (for the few encodings made outside a Writer). */
-function uleb(value: number): number[] {
+export function uleb(value: number): number[] {
   encoder.clear();
   encoder.uleb(value);
   return [...encoder.result()];
@@ -250,7 +250,7 @@ const WRITES_BULK = 2;
  * instruction): QuickJS has some 300,000 instructions, decoded at every process start. Unknown opcodes throw, so that
  * a module using features it cannot track is refused rather than tracked incompletely.
  */
-class Decoder {
+export class Decoder {
   /** WRITES_NOTHING, WRITES_STORE or WRITES_BULK, for the instruction last decoded. */
   writes = WRITES_NOTHING;
   /** A store's value type and offset immediate. */
@@ -419,12 +419,12 @@ function skipLeb(bytes: Uint8Array, pos: number): number {
   return at;
 }
 
-interface Section {
+export interface Section {
   id: number;
   body: Uint8Array;
 }
 
-function sectionsOf(bytes: Uint8Array): Section[] {
+export function sectionsOf(bytes: Uint8Array): Section[] {
   if (bytes.length < 8 || bytes[0] !== 0 || bytes[1] !== 0x61 || bytes[2] !== 0x73 || bytes[3] !== 0x6d) {
     throw new WasmRewriteError("not a WebAssembly module");
   }
@@ -466,28 +466,32 @@ function readTypes(body: Uint8Array): number[] {
   return params;
 }
 
-function readImportedFunctions(body: Uint8Array): number {
+/** How many functions, memories and globals a module imports (each kind numbers its own before the defined ones). */
+export function importCounts(body: Uint8Array | undefined): { functions: number; memories: number; globals: number } {
+  const counts = { functions: 0, memories: 0, globals: 0 };
+  if (!body) return counts;
   const r = new Reader(body);
-  let functions = 0;
   for (let i = r.u32(); i > 0; i--) {
     r.name();
     r.name();
     const kind = r.u8();
     if (kind === 0) {
       r.u32();
-      functions++;
+      counts.functions++;
     } else if (kind === 1) {
       r.u8();
       r.limits();
     } else if (kind === 2) {
-      throw new WasmRewriteError("the module imports its memory; only a memory of its own can be tracked");
+      r.limits();
+      counts.memories++;
     } else if (kind === 3) {
       r.skip(2);
+      counts.globals++;
     } else {
       throw new WasmRewriteError(`the module imports something of kind ${kind}`);
     }
   }
-  return functions;
+  return counts;
 }
 
 function readFunctionTypes(body: Uint8Array): number[] {
@@ -701,8 +705,11 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   const sections = sectionsOf(bytes);
   checkLayout(sections);
   const body = (id: number) => sections.find((s) => s.id === id)?.body;
-  const importBody = body(2);
-  const importedFunctions = importBody ? readImportedFunctions(importBody) : 0;
+  const imports = importCounts(body(2));
+  if (imports.memories > 0) {
+    throw new WasmRewriteError("the module imports its memory; only a memory of its own can be tracked");
+  }
+  const importedFunctions = imports.functions;
   const typeBody = body(1);
   const functionBody = body(3);
   const codeBody = body(10);
@@ -731,20 +738,34 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   bodies.uleb(mark.length);
   bodies.bytes(mark);
 
-  const appended = (section: Uint8Array, item: number[]): number[] => {
-    const r = new Reader(section);
-    const items = r.u32();
-    return [...uleb(items + 1), ...section.subarray(r.pos), ...item];
-  };
   const replaced = new Map<number, number[] | Uint8Array>([
-    [1, appended(typeBody, [0x60, 2, I32, I32, 0])],
-    [3, appended(functionBody, uleb(markType))],
+    [1, withItem(typeBody, [0x60, 2, I32, I32, 0])],
+    [3, withItem(functionBody, uleb(markType))],
     [10, bodies.result()],
   ]);
   // checkLayout found the export section (it holds __stack_pointer).
-  const exportItem = [...uleb(MARK_EXPORT.length), ...Buffer.from(MARK_EXPORT), 0x00, ...uleb(markFunction)];
-  replaced.set(7, appended(body(7) as Uint8Array, exportItem));
+  replaced.set(7, withItem(body(7) as Uint8Array, exportItem(MARK_EXPORT, 0x00, markFunction)));
+  return replaceSections(bytes, sections, replaced);
+}
 
+/** A vector section's body (types, functions, globals, exports...) with one more item at its end. */
+export function withItem(section: Uint8Array, item: number[]): number[] {
+  const r = new Reader(section);
+  const items = r.u32();
+  return [...uleb(items + 1), ...section.subarray(r.pos), ...item];
+}
+
+/** An export section's item: `name` exports the item of `kind` (0 function, 3 global) at `index`. */
+export function exportItem(name: string, kind: number, index: number): number[] {
+  return [...uleb(name.length), ...Buffer.from(name), kind, ...uleb(index)];
+}
+
+/** The module with the bodies of some of its (non-custom) sections replaced, by section id. */
+export function replaceSections(
+  bytes: Uint8Array,
+  sections: Section[],
+  replaced: ReadonlyMap<number, number[] | Uint8Array>,
+): Uint8Array<ArrayBuffer> {
   const parts: Uint8Array[] = [bytes.subarray(0, 8)];
   for (const section of sections) {
     const content = replaced.get(section.id);
