@@ -336,7 +336,7 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
         `image("data:image/png;base64,${Buffer.from("hello world!").toString("base64")}")`,
         /not a PNG, JPEG, GIF, or WebP/,
       ],
-      ["a number", "image(42)", /invalid image output/],
+      ["a number", "image(42)", /^image expects a non-empty image URL string/],
     ])("rejects %s", async (_, code, message) => {
       const result = await run(code);
       expect(result.ok).toBe(false);
