@@ -726,8 +726,8 @@ describe.each(launchers)("$name sandbox close()", ({ name, make }) => {
     const [a, b] = await Promise.all([busy, waiting]);
     expect(!a.ok && a.error.kind).toBe("aborted");
     expect(!b.ok && b.error.kind).toBe("aborted");
-    const after = await sandbox.execute("return 1");
-    expect(!after.ok && after.error).toEqual({ kind: "aborted", message: "The sandbox is closed" });
+    // As pi-codemode's callers expect: a closed sandbox rejects, naming itself.
+    await expect(sandbox.execute("return 1")).rejects.toThrow(/^execute\(\): this \w*CodemodeSandbox is closed/);
   });
 
   it("stops an execution that a tool closes the sandbox from in the execution's first turn", async () => {

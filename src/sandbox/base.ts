@@ -171,7 +171,10 @@ export abstract class CodemodeSandboxBase {
     return this.view;
   }
 
-  /** Runs `code` (the body of an async function). Never rejects for script failures; see `CodemodeResult`. */
+  /**
+   * Runs `code` (the body of an async function). Never rejects for script failures (see `CodemodeResult`); rejects
+   * for bad arguments and once the sandbox is closed.
+   */
   async execute(code: string, options: CodemodeExecuteOptions = {}): Promise<CodemodeResult> {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
@@ -179,7 +182,7 @@ export abstract class CodemodeSandboxBase {
     const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
     checkSignal(options.signal);
     const store = encodeStore(options.store);
-    if (this.closed) return closedResult();
+    if (this.closed) throw this.closedError("execute");
     const script = this.compile(code);
     if (typeof script !== "string") return script;
     // The execution keeps the tools it started with; registering or removing tools affects later executions only.
@@ -227,6 +230,7 @@ export abstract class CodemodeSandboxBase {
     checkSignal(options.signal);
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
+    if (this.closed) throw this.closedError("start");
     const script = this.compile(code);
     checkLists(options);
     // A tool is both tools.<id> and tools[<name>]: no two tools may define the same property.
@@ -278,12 +282,14 @@ export abstract class CodemodeSandboxBase {
     );
     // A script that did not compile (TypeScript) has its result already: nothing runs, and no hook is called.
     const execution =
-      this.closed || typeof script !== "string"
+      typeof script !== "string"
         ? undefined
         : new Execution(this.launcher, {
             request,
             handler: {
               kind: "deterministic",
+              // Checked on the host too: the run's calls are of these names, whatever the VM side sends.
+              declared: { tools: new Set(tools.map((t) => t.name)), globals: new Set(globalNames) },
               onStarted: options.onStarted,
               onCall: options.onCall,
               onIdle: options.onIdle,
@@ -293,23 +299,14 @@ export abstract class CodemodeSandboxBase {
             onStart: (e) => this.executions.add(e),
             onEnd: (e) => this.executions.delete(e),
           });
-    const result =
-      typeof script !== "string"
-        ? Promise.resolve(script)
-        : execution
-          ? execution.result
-          : Promise.resolve(closedResult());
+    const result = execution ? execution.result : Promise.resolve(script as CodemodeResult);
     return {
       result,
       get finished() {
         return execution?.finished ?? true;
       },
       deliver: (seq, now, id, outcome) => {
-        if (!execution) {
-          throw new Error(
-            typeof script === "string" ? "deliver(): the sandbox is closed" : "deliver(): the run has finished",
-          );
-        }
+        if (!execution) throw new Error("deliver(): the run has finished");
         execution.deliver(seq, now, id, outcome);
       },
     };
@@ -326,6 +323,11 @@ export abstract class CodemodeSandboxBase {
       this.closing = this.launcher.close();
     }
     return this.closing;
+  }
+
+  /** What `execute()` and `start()` throw once the sandbox is closed (pi-codemode's callers expect a rejection). */
+  private closedError(method: string): Error {
+    return new Error(`${method}(): this ${this.constructor.name} is closed; create a new sandbox to run more scripts`);
   }
 
   /** The JavaScript to run, or the failed result of a TypeScript script that does not parse. */
@@ -368,10 +370,6 @@ export abstract class CodemodeSandboxBase {
       program: null,
     };
   }
-}
-
-function closedResult(): CodemodeResult {
-  return { ok: false, error: { kind: "aborted", message: "The sandbox is closed" }, output: [], calls: [] };
 }
 
 /**
