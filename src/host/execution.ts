@@ -379,10 +379,13 @@ function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
   return { ok: false, message, properties };
 }
 
-/** The message of an abort signal's reason when the host gave an Error (as pi-codemode reports it), else `fallback`. */
+/**
+ * The message of an abort signal's reason when the host gave an Error (as pi-codemode reports it), else `fallback`;
+ * also for the AbortError that `abort()` without a reason makes, whose message says no more than the fallback.
+ */
 function abortMessage(signal: AbortSignal | undefined, fallback: string): string {
   const reason: unknown = signal?.reason;
-  if (!(reason instanceof Error)) return fallback;
+  if (!(reason instanceof Error) || (reason instanceof DOMException && reason.name === "AbortError")) return fallback;
   try {
     return typeof reason.message === "string" && reason.message !== "" ? reason.message : fallback;
   } catch {
