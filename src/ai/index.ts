@@ -212,8 +212,8 @@ async function run(
   try {
     const parsed = parseCodemodeSource(code);
     script = stripTypeScript(parsed.code);
-    timeoutMs = Math.min(parsed.options.timeout_ms ?? timeoutMs, timeoutMs);
-    maxOutputTokens = parsed.options.max_output_tokens;
+    timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
+    maxOutputTokens = parsed.options.maxOutputTokens;
   } catch (error) {
     if (!(error instanceof CodemodeSourceError)) throw error;
     const stack =
