@@ -189,7 +189,7 @@ async function exercise(client: Client) {
   });
   expect(failed.isError).toBe(true);
   expect(textOf(failed)).toBe(
-    "Error (script): TypeError: cannot read property 'entities' of null\n    at <anonymous> (codemode.js:3:8)\nOutput before the error:\nstep 1",
+    "Error (script): TypeError: cannot read property 'entities' of null (line 3: return graph.entities;)\n    at <anonymous> (codemode.js:3:8)\nOutput before the error:\nstep 1",
   );
   const upstreamError = await client.callTool({
     name: "execute",

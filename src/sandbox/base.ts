@@ -10,6 +10,7 @@ import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/errors.ts";
+import { explainScriptError } from "../source/script-errors.ts";
 import { stripTypeScript } from "../source/typescript.ts";
 import type {
   CodemodeExecuteOptions,
@@ -199,7 +200,7 @@ export abstract class CodemodeSandboxBase {
       onStart: (e) => this.executions.add(e),
       onEnd: (e) => this.executions.delete(e),
     });
-    return execution.result;
+    return execution.result.then((result) => explained(result, code));
   }
 
   /**
@@ -299,7 +300,9 @@ export abstract class CodemodeSandboxBase {
             onStart: (e) => this.executions.add(e),
             onEnd: (e) => this.executions.delete(e),
           });
-    const result = execution ? execution.result : Promise.resolve(script as CodemodeResult);
+    const result = execution
+      ? execution.result.then((ended) => explained(ended, code))
+      : Promise.resolve(script as CodemodeResult);
     return {
       result,
       get finished() {
@@ -370,6 +373,13 @@ export abstract class CodemodeSandboxBase {
       program: null,
     };
   }
+}
+
+/** A failed result with its engine-worded error explained from the script's own lines (see script-errors.ts). */
+function explained(result: CodemodeResult, code: string): CodemodeResult {
+  if (result.ok) return result;
+  const error = explainScriptError(result.error, code);
+  return error === result.error ? result : { ...result, error };
 }
 
 /**
