@@ -747,7 +747,7 @@ describe.each(launchers)("$name sandbox close()", ({ name, make }) => {
     await (sandbox as CodemodeSandboxBase & { warm(): Promise<void> }).warm();
     const result = await sandbox.execute('const v = await tools.closeNow(); text("after close()"); return v;');
     await closing;
-    expect(!result.ok && result.error).toEqual({ kind: "aborted", message: "The sandbox was closed" });
+    expect(!result.ok && result.error).toEqual({ kind: "aborted", message: "Sandbox closed" });
     expect(result.output).toEqual([]);
   });
 

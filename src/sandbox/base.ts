@@ -142,12 +142,12 @@ export abstract class CodemodeSandboxBase {
     const parts = global.name.split(".");
     if (parts.length > 2 || !parts.every(isIdentifier) || parts.some((p) => RESERVED_GLOBALS.has(p))) {
       throw new Error(
-        `global "${global.name}" must be an identifier or namespace.member, and may not take a name the script environment uses`,
+        `Invalid global "${global.name}": a global must be an identifier or namespace.member, and may not take a name the script environment uses`,
       );
     }
     if (this.globalMap.has(global.name)) throw new Error(`a global named "${global.name}" is already registered`);
     const other = collidingGlobal(global.name, this.globalMap.keys());
-    if (other !== undefined) throw new Error(`global "${global.name}" collides with global "${other}"`);
+    if (other !== undefined) throw new Error(`global "${global.name}" conflicts with the namespace of global "${other}"`);
     this.globalMap.set(global.name, global);
     this.view = undefined;
   }
@@ -266,11 +266,12 @@ export abstract class CodemodeSandboxBase {
         parts.some((p) => RESERVED_GLOBALS.has(p))
       ) {
         throw new TypeError(
-          `global "${g?.name}" must be an identifier or namespace.member not used by the environment`,
+          `Invalid global "${g?.name}": a global must be an identifier or namespace.member not used by the environment`,
         );
       }
       const other = collidingGlobal(g.name, globalNames);
-      if (other !== undefined) throw new Error(`global "${g.name}" collides with global "${other}"`);
+      if (other === g.name) throw new Error(`global "${g.name}" is declared twice`);
+      if (other !== undefined) throw new Error(`global "${g.name}" conflicts with the namespace of global "${other}"`);
       globalNames.push(g.name);
       return { name: g.name, spread: g.spread === true };
     });
@@ -322,7 +323,7 @@ export abstract class CodemodeSandboxBase {
   close(): Promise<void> {
     if (!this.closing) {
       this.closed = true;
-      for (const execution of [...this.executions]) execution.stop("aborted", "The sandbox was closed");
+      for (const execution of [...this.executions]) execution.stop("aborted", "Sandbox closed");
       this.closing = this.launcher.close();
     }
     return this.closing;
