@@ -393,7 +393,7 @@ export const PRELUDE_SOURCE = `(function () {
       return;
     }
     if (json.length > MAX_STORE_VALUE_CHARS) {
-      throw new RangeErrorCtor("store(" + stringify(key) + ") value has " + json.length + " characters of JSON, more than the limit of " + MAX_STORE_VALUE_CHARS + ". store() is for small state such as IDs or summaries; keep large data in variables.");
+      throw new RangeErrorCtor("store(" + stringify(key) + ") value has " + json.length + " characters of JSON, more than the limit of " + MAX_STORE_VALUE_CHARS + ". store() is for small state such as IDs or summaries. Show images with image() and keep large data in variables.");
     }
     const total = storeTotal - previousSize + key.length + json.length;
     // A host may hand in a store already past the limit: a write that does not grow it is still allowed.
