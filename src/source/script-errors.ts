@@ -67,7 +67,8 @@ function calleeAt(line: string, column: number, constructing: boolean): string |
   let best: { text: string; span: number } | undefined;
   for (const match of line.matchAll(CALLEE)) {
     const text = (match[2] as string).replace(/\s+/g, "");
-    if (NOT_CALLEES.has(text) || (match[1] !== undefined) !== constructing) continue;
+    // QuickJS says "not a function" also for `new` of a value that is no function at all.
+    if (NOT_CALLEES.has(text) || (constructing && match[1] === undefined)) continue;
     const start = match.index;
     const end = start + match[0].length;
     if (at < start - 1 || at > end) continue;
