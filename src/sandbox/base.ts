@@ -147,7 +147,8 @@ export abstract class CodemodeSandboxBase {
     }
     if (this.globalMap.has(global.name)) throw new Error(`a global named "${global.name}" is already registered`);
     const other = collidingGlobal(global.name, this.globalMap.keys());
-    if (other !== undefined) throw new Error(`global "${global.name}" conflicts with the namespace of global "${other}"`);
+    if (other !== undefined)
+      throw new Error(`global "${global.name}" conflicts with the namespace of global "${other}"`);
     this.globalMap.set(global.name, global);
     this.view = undefined;
   }
