@@ -718,6 +718,8 @@ describe("constructor options", () => {
 describe.each(launchers)("$name sandbox close()", ({ name, make }) => {
   it("fails open executions with aborted and refuses new ones", async () => {
     const sandbox = make({ tools, timeoutMs: 10_000 });
+    // Started once the sandbox is warm, before close(): a child's boot can take longer than the wait below.
+    await sandbox.warm();
     // A computing script holds the calling thread inline, so only the worker pool can be closed under one.
     const busy = sandbox.execute(name === "worker" ? "while (true) {}" : "await tools.wait({ ms: 5000 });");
     const waiting = sandbox.execute("await tools.wait({ ms: 5000 });");
