@@ -18,7 +18,7 @@ export {
 export { MAX_JOURNAL_CLOCK_READS } from "./engine/protocol.ts";
 export { MAX_BATCH_CHARS } from "./engine/serve.ts";
 export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm.ts";
-export { WasmRewriteError } from "./engine/write-tracking.ts";
+export { WasmRewriteError } from "./engine/wasm-binary.ts";
 export { MAX_JOURNAL_CHARS } from "./host/journal.ts";
 export { DEFAULT_GUEST_MEMORY_SHARE } from "./host/memory-budget.ts";
 export {

@@ -6,7 +6,7 @@
 import { generateText, jsonSchema, stepCountIs, tool } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
 import { InlineCodemodeSandbox } from "airlock-codemode";
-import { createCodeTool } from "airlock-codemode/ai";
+import { CodeToolError, createCodeTool } from "airlock-codemode/ai";
 import { afterAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 
@@ -69,12 +69,6 @@ const tools = {
       for (let i = from; i >= 0; i--) yield i;
     },
   }),
-  wipe: tool({
-    description: "Deletes everything. Needs approval.",
-    inputSchema: z.object({}),
-    needsApproval: true,
-    execute: async () => "wiped",
-  }),
   ask: tool({ description: "Asks the user; runs on the client.", inputSchema: z.object({ question: z.string() }) }),
 };
 
@@ -88,7 +82,10 @@ describe("createCodeTool", () => {
   it("refuses bad options with errors that name them", () => {
     expect(() => createCodeTool(null as never)).toThrow("createCodeTool({ tools }) needs an object of AI SDK tools");
     expect(() => createCodeTool({ tools: {}, timeout: 5 } as never)).toThrow(
-      'createCodeTool has no option "timeout" (it takes tools, sandbox, timeoutMs, description)',
+      'createCodeTool has no option "timeout" (it takes tools, sandbox, timeoutMs, description, failedRuns)',
+    );
+    expect(() => createCodeTool({ tools: {}, failedRuns: "throw" as never })).toThrow(
+      'failedRuns must be "tool-error" or "result", got "throw"',
     );
     expect(() => createCodeTool({ tools: {}, timeoutMs: 0 })).toThrow("timeoutMs must be a positive finite number");
     // The model would be told "at most Infinity ms", and a program could run forever.
@@ -111,9 +108,43 @@ describe("createCodeTool", () => {
       "  add_numbers(args: {\n    a: number;\n    b: number;\n  }): Promise<unknown>;",
     );
     expect(code.declarations).toContain("  countdown(args: {");
-    // Tools a program cannot run: one that needs approval and one without execute.
-    expect(code.declarations).not.toContain("wipe");
+    // A tool a program cannot run: one without execute (it runs on the client).
     expect(code.declarations).not.toContain("ask(");
+  });
+
+  it("refuses a tool that needs approval, instead of dropping it without a word", () => {
+    const wipe = tool({
+      description: "Deletes everything. Needs approval.",
+      inputSchema: z.object({}),
+      needsApproval: true,
+      execute: async () => "wiped",
+    });
+    const ask = tool({ inputSchema: z.object({}), needsApproval: async () => true, execute: async () => "asked" });
+    for (const [name, needing] of [
+      ["wipe", wipe],
+      ["ask", ask],
+    ] as const) {
+      expect(() => createCodeTool({ tools: { ...tools, [name]: needing } })).toThrow(
+        `tool "${name}" has needsApproval, which a program cannot stop for: leave it out of createCodeTool's tools and offer it to the model directly`,
+      );
+    }
+    const notNeeding = tool({ inputSchema: z.object({}), needsApproval: false, execute: async () => "ok" });
+    expect(createCodeTool({ tools: { fine: notNeeding } }).declarations).toContain("fine(");
+  });
+
+  it("places the declarations and rules where a description template asks for them", () => {
+    const templated = createCodeTool({
+      tools,
+      description: "Write a program.\n\nTools:\n{{types}}\n\nRules:\n{{rules}}\nEnd.",
+    });
+    expect(templated.description).toBe(
+      `Write a program.\n\nTools:\n${templated.declarations}\n\nRules:\n${code.description?.split("\n\n")[1]}\nEnd.`,
+    );
+    expect(templated.description).not.toContain("{{");
+    // Without the placeholder, a description replaces the first paragraph only.
+    const plain = createCodeTool({ tools, description: "Look things up." });
+    expect(plain.description?.startsWith("Look things up.\n\nThe program is the body")).toBe(true);
+    expect(plain.description).toContain(plain.declarations);
   });
 
   it("declares a large catalog as an index, and gives programs describeTool() for the full declarations", async () => {
@@ -212,16 +243,19 @@ describe("createCodeTool", () => {
     expect(seen.every((s) => !s.aborted)).toBe(true);
   });
 
-  it("gives a failed program's error back to the model, which fixes it in the next step", async () => {
+  it("reports a failed program as a tool error, which the model reads and fixes in the next step", async () => {
     const model = new MockLanguageModelV3({
       doGenerate: async (options) => {
         const step = model.doGenerateCalls.length;
-        if (step === 1) return toolCall("bad", "const x = 1;\nawait tools.weather({ town: 'Oslo' });");
+        if (step === 1) return toolCall("bad", 'text("looking");\nawait tools.weather({ town: "Oslo" });');
         if (step === 2) {
-          const output = toolResultIn(options, "bad") as { value: { text: string }[] };
-          expect(output.value[0]?.text).toBe(
-            "Error (script): Error: invalid arguments for tools.weather: city: Invalid input: expected string, received undefined",
-          );
+          // The AI SDK's own convention for a tool that threw: an error-text result carrying the message.
+          expect(toolResultIn(options, "bad")).toEqual({
+            type: "error-text",
+            value:
+              "Error (script): Error: invalid arguments for tools.weather: city: Invalid input: expected string, received undefined\n" +
+              "Output before the error:\nlooking",
+          });
           return toolCall("good", "return (await tools.weather({ city: 'Oslo', unit: 'F' })).temp;");
         }
         return answer("ok");
@@ -229,11 +263,47 @@ describe("createCodeTool", () => {
     });
     const result = await generateText({ model, tools: { code }, stopWhen: stepCountIs(5), prompt: "weather" });
     expect(result.steps).toHaveLength(3);
-    const first = result.steps[0]?.toolResults[0]?.output as { ok: boolean; error: { kind: string; message: string } };
-    expect(first.ok).toBe(false);
-    expect(first.error.kind).toBe("script");
-    expect(first.error.message).toMatch(/invalid arguments for tools\.weather/);
+    const failed = result.steps[0]?.content.find((part) => part.type === "tool-error");
+    expect(failed).toMatchObject({ type: "tool-error", toolName: "code", toolCallId: "bad" });
+    const error = (failed as { error: unknown }).error;
+    expect(error).toBeInstanceOf(CodeToolError);
+    expect((error as CodeToolError).result).toMatchObject({
+      ok: false,
+      output: [{ type: "text", text: "looking" }],
+      error: { kind: "script", message: expect.stringMatching(/invalid arguments for tools\.weather/) },
+    });
+    expect(result.steps[0]?.toolResults).toEqual([]);
     expect(result.steps[1]?.toolResults[0]?.output).toEqual({ ok: true, output: [], value: 53.6 });
+  });
+
+  it("returns a failed program as an ordinary result with failedRuns: result", async () => {
+    const keeping = createCodeTool({ tools, failedRuns: "result", sandbox: new InlineCodemodeSandbox() });
+    const output = await keeping.execute?.(
+      { code: 'text("before");\nconst r = {};\nr.items.push(1);' },
+      { toolCallId: "k", messages: [] },
+    );
+    expect(output).toEqual({
+      ok: false,
+      output: [{ type: "text", text: "before" }],
+      error: {
+        kind: "script",
+        name: "TypeError",
+        message: "cannot read property 'push' of undefined (line 3: r.items.push(1);)",
+        stack:
+          "TypeError: cannot read property 'push' of undefined (line 3: r.items.push(1);)\n    at <anonymous> (codemode.js:3:1)",
+      },
+    });
+    expect(keeping.toModelOutput?.({ toolCallId: "k", input: { code: "" }, output: output as never })).toEqual({
+      type: "content",
+      value: [
+        {
+          type: "text",
+          text: "Error (script): TypeError: cannot read property 'push' of undefined (line 3: r.items.push(1);)\n    at <anonymous> (codemode.js:3:1)",
+        },
+        { type: "text", text: "Output before the error:" },
+        { type: "text", text: "before" },
+      ],
+    });
   });
 
   it("cuts the text that comes back to the max_output_tokens of the program's options line, keeping images", async () => {
@@ -297,10 +367,11 @@ describe("createCodeTool", () => {
     });
     const controller = new AbortController();
     setTimeout(() => controller.abort(), 100);
-    const output = await slow.execute?.(
+    const aborted = slow.execute?.(
       { code: "await tools.sleep({});" },
       { toolCallId: "s", messages: [], abortSignal: controller.signal },
     );
-    expect(output).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    await expect(aborted).rejects.toThrow(CodeToolError);
+    await expect(aborted).rejects.toMatchObject({ result: { ok: false, error: { kind: "aborted" } } });
   });
 });

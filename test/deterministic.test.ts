@@ -181,8 +181,10 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
         ],
       }),
     ).toThrow('tools "a-b" and "a-b" would both be tools["a-b"]');
-    expect(bad({ globals: [{ name: "f" }, { name: "f" }] })).toThrow('global "f" collides with global "f"');
-    expect(bad({ globals: [{ name: "m.f" }, { name: "m" }] })).toThrow('global "m" collides with global "m.f"');
+    expect(bad({ globals: [{ name: "f" }, { name: "f" }] })).toThrow('global "f" is declared twice');
+    expect(bad({ globals: [{ name: "m.f" }, { name: "m" }] })).toThrow(
+      'global "m" conflicts with the namespace of global "m.f"',
+    );
     expect(bad({ tools: { lookup: {} } })).toThrow(new TypeError("tools must be an array"));
     expect(bad({ globals: "classify" })).toThrow(new TypeError("globals must be an array"));
     expect(bad({ tools: [{ name: "t", jsName: ["t"] }] })).toThrow('jsName of tool "t" must be a string');

@@ -212,7 +212,7 @@ async function exercise(client: Client) {
   });
   expect(failed.isError).toBe(true);
   expect(textOf(failed)).toBe(
-    "Error (script): TypeError: cannot read property 'entities' of null\n    at <anonymous> (codemode.js:3:8)\nOutput before the error:\nstep 1",
+    "Error (script): TypeError: cannot read property 'entities' of null (line 3: return graph.entities;)\n    at <anonymous> (codemode.js:3:8)\nOutput before the error:\nstep 1",
   );
   expect(failed.structuredContent).toMatchObject({
     ok: false,

@@ -16,8 +16,11 @@ import { hasSystemTool } from "./helpers/system-tools.ts";
 
 const badChild = new URL("./fixtures/process/bad-child.mjs", import.meta.url);
 const open: ProcessCodemodeSandbox[] = [];
+// bad-child.mjs calls the tool "noop": a call of a tool the run does not offer would fail it before the protocol
+// break a case is about.
+const noop = { name: "noop", execute: () => null };
 const make = (options: ProcessCodemodeSandboxOptions = {}) => {
-  const sandbox = new ProcessCodemodeSandbox({ poolSize: 1, ...options });
+  const sandbox = new ProcessCodemodeSandbox({ poolSize: 1, tools: [noop], ...options });
   open.push(sandbox);
   return sandbox;
 };

@@ -104,18 +104,25 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
       const arg = JSON.parse('{"__proto__": {"polluted": 1}, "constructor": {"prototype": {"polluted": 2}}}');
       await tools.echo(arg);
       const fromTool = await tools.proto();
-      store("__proto__", { polluted: 3 });
+      let refused;
+      try { store("__proto__", { polluted: 3 }); } catch (error) { refused = error.name; }
       store("constructor", 1);
-      return JSON.parse('{"__proto__": {"polluted": 4}, "prototype": 5}');`);
+      return [refused, JSON.parse('{"__proto__": {"polluted": 4}, "prototype": 5}')];`);
     expect(result.ok).toBe(true);
     if (!result.ok) return;
     const received = calls[0]?.args as Record<string, unknown>;
     expect(Object.getPrototypeOf(received)).toBe(Object.prototype);
     expect(Object.keys(received)).toEqual(["__proto__", "constructor"]);
-    expect(Object.getPrototypeOf(result.value)).toBe(Object.prototype);
-    expect(Object.getOwnPropertyNames(result.value)).toEqual(["__proto__", "prototype"]);
+    const [refused, value] = result.value as [string, object];
+    expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
+    expect(Object.getOwnPropertyNames(value)).toEqual(["__proto__", "prototype"]);
+    // A store key __proto__ would set the prototype of a host that applies the writes as the README does: refused.
+    expect(refused).toBe("TypeError");
     expect(Object.getPrototypeOf(result.storeWrites.set)).toBe(Object.prototype);
-    expect(Object.getOwnPropertyNames(result.storeWrites.set)).toEqual(["__proto__", "constructor"]);
+    expect(Object.getOwnPropertyNames(result.storeWrites.set)).toEqual(["constructor"]);
+    const saved: Record<string, unknown> = {};
+    Object.assign(saved, result.storeWrites.set);
+    expect(Object.getPrototypeOf(saved)).toBe(Object.prototype);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     const seen = await run(
       "const v = await tools.proto(); return [Object.getPrototypeOf(v) === Object.prototype, Object.keys(v), ({}).polluted];",

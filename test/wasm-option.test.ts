@@ -69,10 +69,12 @@ describe("the prebuilt instrumented module", () => {
 
   it("is what the rewrite makes of the installed binary, and is used for exactly those bytes", async () => {
     const { instrumentWrites } = await import("../dist/engine/write-tracking.js");
+    const { catchableOutOfMemory } = await import("../dist/engine/catchable-oom.js");
     const { prebuiltTrackedModule } = await import("../dist/engine/prebuilt-wasm.js");
     const prebuilt = prebuiltTrackedModule(installed);
     expect(prebuilt).toBeDefined();
-    expect(Buffer.from(prebuilt as Uint8Array).equals(Buffer.from(instrumentWrites(installed)))).toBe(true);
+    const rewritten = instrumentWrites(catchableOutOfMemory(installed));
+    expect(Buffer.from(prebuilt as Uint8Array).equals(Buffer.from(rewritten))).toBe(true);
     const changed = Buffer.from(installed);
     changed.writeUInt8(changed.readUInt8(0x100) ^ 1, 0x100);
     expect(prebuiltTrackedModule(changed)).toBeUndefined();
@@ -80,8 +82,9 @@ describe("the prebuilt instrumented module", () => {
 
   it("is not used when the rewriter changed since the build, or when the file does not match its digest", async () => {
     const copy = (dir: string) => {
-      const files = ["prebuilt-wasm.js", "write-tracking.js", "quickjs-tracked.wasm", "quickjs-tracked.json"];
-      for (const file of [...files, "prebuilt-wasm.js.map", "write-tracking.js.map"]) {
+      const rewriters = ["write-tracking.js", "catchable-oom.js", "wasm-binary.js"];
+      const files = ["prebuilt-wasm.js", ...rewriters, "quickjs-tracked.wasm", "quickjs-tracked.json"];
+      for (const file of [...files, "prebuilt-wasm.js.map", ...rewriters.map((name) => `${name}.map`)]) {
         copyFileSync(new URL(file, engine), join(dir, file));
       }
       return dir;
@@ -91,6 +94,12 @@ describe("the prebuilt instrumented module", () => {
     const newerRewriter = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerRewriter, "write-tracking.js"), "\n// changed\n");
     expect((await import(join(newerRewriter, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    const newerPatch = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    appendFileSync(join(newerPatch, "catchable-oom.js"), "\n// changed\n");
+    expect((await import(join(newerPatch, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    const newerBinary = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    appendFileSync(join(newerBinary, "wasm-binary.js"), "\n// changed\n");
+    expect((await import(join(newerBinary, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const torn = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     writeFileSync(
       join(torn, "quickjs-tracked.wasm"),

@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import wabtInit from "wabt";
+import { WasmRewriteError } from "../dist/engine/wasm-binary.js";
 import {
   BLOCK_SHIFT,
   GUARD_END,
@@ -15,7 +16,6 @@ import {
   MAP_BASE,
   MAP_BLOCKS,
   MARK_EXPORT,
-  WasmRewriteError,
 } from "../dist/engine/write-tracking.js";
 
 /** The tracking unit: the tests below mark and read blocks of this size. */

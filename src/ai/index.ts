@@ -24,6 +24,26 @@ type ToolResultOutput = Awaited<ReturnType<NonNullable<Tool["toModelOutput"]>>>;
 /** Default deadline of one run of the model's program. */
 export const DEFAULT_CODE_TOOL_TIMEOUT_MS = 60_000;
 
+/** In a `description` template: where the tools' TypeScript declarations go. */
+export const CODE_TOOL_TYPES_PLACEHOLDER = "{{types}}";
+/** In a `description` template: where the rules of the program (its environment, the options line) go. */
+export const CODE_TOOL_RULES_PLACEHOLDER = "{{rules}}";
+
+/**
+ * A failed run of the model's program (`failedRuns: "tool-error"`, the default): thrown from `execute`, so that the
+ * AI SDK reports a `tool-error` and hands the model the message (the error's kind, message and stack lines, and
+ * the text printed before it). `result` is the run as `failedRuns: "result"` would have returned it.
+ */
+export class CodeToolError extends Error {
+  override name = "CodeToolError";
+  constructor(
+    message: string,
+    readonly result: Extract<CodeToolResult, { ok: false }>,
+  ) {
+    super(message);
+  }
+}
+
 export interface CreateCodeToolOptions {
   /** The AI SDK tools the program may call, by name (as `generateText` takes them). */
   tools: Record<string, Tool>;
@@ -34,8 +54,18 @@ export interface CreateCodeToolOptions {
   sandbox?: CodemodeSandboxBase;
   /** Deadline of one run in ms (finite), tool calls included; a program's `timeout_ms` can only lower it. */
   timeoutMs?: number;
-  /** Replaces the first paragraph of the description (what the tool is for); the rules and declarations follow. */
+  /**
+   * The tool's description. As a template (it holds `{{types}}`): the whole description, with `{{types}}` replaced by
+   * the tools' declarations and `{{rules}}` (if present) by the rules of the program. Otherwise it replaces the first
+   * paragraph (what the tool is for), and the rules and declarations follow.
+   */
   description?: string;
+  /**
+   * How a failed run (a script error, a timeout, an abort) comes back: `"tool-error"` (default) throws a
+   * `CodeToolError` from `execute`, as the AI SDK's conventions have it (its `tool-error` and `output-error` states);
+   * `"result"` returns `{ ok: false, output, error }` as an ordinary result.
+   */
+  failedRuns?: "tool-error" | "result";
 }
 
 /** What one run gives back: the output in order and the returned value, or the error. */
@@ -58,8 +88,8 @@ interface Callable {
 }
 
 /**
- * One AI SDK tool for a set of AI SDK tools. Tools without `execute` (client-side or provider-executed) and tools
- * that need approval are left out: a program cannot stop for either. Arguments a program passes are validated with
+ * One AI SDK tool for a set of AI SDK tools. Tools without `execute` (client-side or provider-executed) are left out;
+ * a tool with `needsApproval` is refused, since a program cannot stop for an approval. Arguments a program passes are validated with
  * the tool's own input schema before its `execute` runs; each call gets the code tool's `messages`, `abortSignal`
  * (aborted too when the program ends first) and `experimental_context`, and a `toolCallId` of the form
  * `<code tool call id>/<n>`.
@@ -71,8 +101,21 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   refuseUnknownOptions(
     options,
     "createCodeTool",
-    optionKeys<CreateCodeToolOptions>({ tools: true, sandbox: true, timeoutMs: true, description: true }),
+    optionKeys<CreateCodeToolOptions>({
+      tools: true,
+      sandbox: true,
+      timeoutMs: true,
+      description: true,
+      failedRuns: true,
+    }),
   );
+  const failedRuns = options.failedRuns ?? "tool-error";
+  if (failedRuns !== "tool-error" && failedRuns !== "result") {
+    throw new TypeError(`failedRuns must be "tool-error" or "result", got ${JSON.stringify(failedRuns)}`);
+  }
+  if (options.description !== undefined && typeof options.description !== "string") {
+    throw new TypeError("description must be a string");
+  }
   const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
   // Finite: the model is told the deadline in ms, and a code tool without one would let a program run forever.
   if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
@@ -104,14 +147,17 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
     inputSchema: z.object({
       code: z.string().describe("The program: the body of an async function, in JavaScript or TypeScript"),
     }),
-    execute: async ({ code }, context) =>
-      run(
+    execute: async ({ code }, context) => {
+      const result = await run(
         sandbox(),
         code,
         { byName, declared, describe: indexed ? (name) => describeTool(catalog, name) : undefined },
         timeoutMs,
         context,
-      ),
+      );
+      if (result.ok || failedRuns === "result") return result;
+      throw new CodeToolError(errorText(result), result);
+    },
     toModelOutput: ({ output }) => toModelOutput(output),
   });
   return Object.assign(codeTool, {
@@ -129,7 +175,11 @@ function selectTools(tools: Record<string, Tool>): Callable[] {
   for (const [name, entry] of Object.entries(tools)) {
     if (entry === null || typeof entry !== "object") throw new TypeError(`tool "${name}" is not an AI SDK tool`);
     if (typeof entry.execute !== "function" || entry.type === "provider") continue;
-    if (entry.needsApproval !== undefined && entry.needsApproval !== false) continue;
+    if (entry.needsApproval !== undefined && entry.needsApproval !== false) {
+      throw new Error(
+        `tool "${name}" has needsApproval, which a program cannot stop for: leave it out of createCodeTool's tools and offer it to the model directly`,
+      );
+    }
     const id = toCodemodeIdentifier(name);
     const other = seen.get(id);
     if (other !== undefined) throw new Error(`tools "${other}" and "${name}" would both be tools.${id}; rename one`);
@@ -161,24 +211,29 @@ function schemaForDeclarations(schema: unknown): unknown {
   }
 }
 
-function describe(purpose: string | undefined, declarations: string, timeoutMs: number): string {
+function describe(given: string | undefined, declarations: string, timeoutMs: number): string {
+  const types = declarations === "" ? "declare const tools: {};" : declarations;
+  if (given?.includes(CODE_TOOL_TYPES_PLACEHOLDER)) {
+    return given
+      .replaceAll(CODE_TOOL_TYPES_PLACEHOLDER, types)
+      .replaceAll(CODE_TOOL_RULES_PLACEHOLDER, rules(timeoutMs).join("\n"));
+  }
   const first =
-    purpose ??
+    given ??
     "Run a JavaScript program that calls the tools below and get back what it prints and returns. Prefer one program that does all the steps over many tool calls: intermediate results stay in the program.";
+  return [first, "", ...rules(timeoutMs), "", "```ts", types, "```"].join("\n");
+}
+
+/** What a program may do and how it reads, for the description. */
+function rules(timeoutMs: number): string[] {
   return [
-    first,
-    "",
     "The program is the body of an async function (TypeScript types are allowed and stripped): use await and return at the top level.",
     "- tools.<name>(args) calls a tool with one object of arguments and resolves to its result; a failing tool rejects with an Error. Run independent calls together with Promise.all.",
     '- text(value) and console.log(...) print; image(img) shows an image ({ type: "image", data, mimeType } or a data: URL); the return value comes back last.',
     "- There is no fetch, require, import, process, file system or timers.",
     `- An optional first line lowers the deadline and caps the text that comes back: // @options: {"timeout_ms": 10000, "max_output_tokens": 2000} (a deadline of at most ${timeoutMs} ms).`,
     "- A failed run gives the error kind (script, timeout, aborted, sandbox), its message and stack (codemode.js:<line>).",
-    "",
-    "```ts",
-    declarations === "" ? "declare const tools: {};" : declarations,
-    "```",
-  ].join("\n");
+  ];
 }
 
 /** A call's answer, before its value is turned into JSON. */
@@ -212,8 +267,8 @@ async function run(
   try {
     const parsed = parseCodemodeSource(code);
     script = stripTypeScript(parsed.code);
-    timeoutMs = Math.min(parsed.options.timeout_ms ?? timeoutMs, timeoutMs);
-    maxOutputTokens = parsed.options.max_output_tokens;
+    timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
+    maxOutputTokens = parsed.options.maxOutputTokens;
   } catch (error) {
     if (!(error instanceof CodemodeSourceError)) throw error;
     const stack =
@@ -357,6 +412,22 @@ async function callTool(entry: Callable, args: unknown, options: ToolExecutionOp
   return await output;
 }
 
+/** A failed run's error as the model reads it: kind, name and message, then the stack lines. */
+function errorHead(error: CodemodeError): string {
+  const { kind, name, message, stack } = error;
+  const head = name ? `${name}: ${message}` : message;
+  const rest = stack?.startsWith(head) ? stack.slice(head.length).replace(/^\n/, "") : (stack ?? "");
+  return `Error (${kind}): ${head}${rest.trim() === "" ? "" : `\n${rest.trimEnd()}`}`;
+}
+
+/** A failed run as the message of a CodeToolError: the error, then the text printed before it (images as a mark). */
+function errorText(result: Extract<CodeToolResult, { ok: false }>): string {
+  const head = errorHead(result.error);
+  if (result.output.length === 0) return head;
+  const printed = result.output.map((item) => (item.type === "image" ? `[image: ${item.mimeType}]` : item.text));
+  return `${head}\nOutput before the error:\n${printed.join("\n")}`;
+}
+
 function toModelOutput(output: CodeToolResult): ToolResultOutput {
   const value: Extract<ToolResultOutput, { type: "content" }>["value"] = [];
   let lines: string[] = [];
@@ -365,10 +436,7 @@ function toModelOutput(output: CodeToolResult): ToolResultOutput {
     lines = [];
   };
   if (!output.ok) {
-    const { kind, name, message, stack } = output.error;
-    const head = name ? `${name}: ${message}` : message;
-    const rest = stack?.startsWith(head) ? stack.slice(head.length).replace(/^\n/, "") : (stack ?? "");
-    value.push({ type: "text", text: `Error (${kind}): ${head}${rest.trim() === "" ? "" : `\n${rest.trimEnd()}`}` });
+    value.push({ type: "text", text: errorHead(output.error) });
     if (output.output.length > 0) value.push({ type: "text", text: "Output before the error:" });
   }
   for (const item of output.output) {

@@ -112,9 +112,9 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   try {
     const parsed = parseCodemodeSource(source);
     code = parsed.code;
-    const fromLine = parsed.options.timeout_ms;
+    const fromLine = parsed.options.timeoutMs;
     if (fromLine !== undefined) options.timeoutMs = Math.min(fromLine, options.timeoutMs ?? fromLine);
-    maxOutputTokens = parsed.options.max_output_tokens;
+    maxOutputTokens = parsed.options.maxOutputTokens;
   } catch (error) {
     if (!(error instanceof CodemodeSourceError)) throw error;
     io.stderr(`airlock run: ${where.name}: ${error.message}\n`);

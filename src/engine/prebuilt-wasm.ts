@@ -8,19 +8,16 @@
 import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { catchableOutOfMemory } from "./catchable-oom.ts";
 import { instrumentWrites } from "./write-tracking.ts";
 
 const MODULE_FILE = new URL("./quickjs-tracked.wasm", import.meta.url);
 const DIGESTS_FILE = new URL("./quickjs-tracked.json", import.meta.url);
-/** The rewriter's own files, as they are run (their digest tells a prebuilt module made by an older rewriter). */
+/** The rewriters' own files, as they are run (their digest tells a prebuilt module made by older rewriters). */
 const EXTENSION = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-const REWRITER_FILES = ["write-tracking", "wasm-binary"].map(
+const REWRITER_FILES = ["catchable-oom", "write-tracking", "wasm-binary"].map(
   (name) => new URL(`./${name}${EXTENSION}`, import.meta.url),
 );
-const rewriterDigest = () =>
-  createHash("sha256")
-    .update(Buffer.concat(REWRITER_FILES.map((file) => readFileSync(file))))
-    .digest("hex");
 
 interface Digests {
   source: string;
@@ -29,6 +26,7 @@ interface Digests {
 }
 
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+const rewriterDigest = () => sha256(Buffer.concat(REWRITER_FILES.map((file) => readFileSync(file))));
 
 /** The prebuilt instrumented module for `source`, or undefined when there is none for exactly these bytes. */
 export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffer> | undefined {
@@ -49,7 +47,7 @@ export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffe
 /** Writes the instrumented module of the installed quickjs-wasi beside this file (run by `npm run build`). */
 export function writePrebuiltTrackedModule(): void {
   const source = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
-  const module = instrumentWrites(source);
+  const module = instrumentWrites(catchableOutOfMemory(source));
   writeFileSync(MODULE_FILE, module);
   const digests: Digests = {
     source: sha256(source),

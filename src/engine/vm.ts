@@ -18,10 +18,11 @@
  */
 import { createHash, randomFillSync } from "node:crypto";
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
+import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
-import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS, MARK_EXPORT, OOM_COUNT_EXPORT } from "./write-tracking.ts";
+import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS, MARK_EXPORT } from "./write-tracking.ts";
 import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
 
 /** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
@@ -40,8 +41,8 @@ interface Exports extends ValueExports {
   qjs_run_gc(): void;
   /** Present in modules instrumented by write-tracking.ts. */
   [MARK_EXPORT]?: (address: number, length: number) => void;
-  /** Present in modules instrumented by write-tracking.ts. */
-  [OOM_COUNT_EXPORT]?: WebAssembly.Global;
+  /** Present in modules rewritten by catchable-oom.ts: the engine's out-of-memory errors so far. */
+  [OUT_OF_MEMORY_EXPORT]?: WebAssembly.Global;
 }
 
 /** quickjs-wasi's private members this module relies on (pinned version). */
@@ -532,11 +533,13 @@ export class GuestVm {
   }
 
   /**
-   * How many times QuickJS refused an allocation (its out-of-memory errors) in this instance so far, in a module
-   * instrumented by write-tracking.ts; undefined for another module.
+   * How many out-of-memory errors the engine raised in this instance so far (refused allocations, which the script
+   * may have caught; a script's own `InternalError("out of memory")` is not counted), in a module rewritten by
+   * catchable-oom.ts; undefined for another module. The count lives outside the memory image, so resets leave it
+   * alone: a run compares it at its start and its end.
    */
   outOfMemoryCount(): number | undefined {
-    const counter = this.exports[OOM_COUNT_EXPORT];
+    const counter = this.exports[OUT_OF_MEMORY_EXPORT];
     return counter === undefined ? undefined : (counter.value as number);
   }
 
@@ -563,7 +566,7 @@ export class GuestVm {
     }
   }
 
-  /** True for the uncatchable errors QuickJS raises itself (interrupt, out of memory). */
+  /** True for the uncatchable errors QuickJS raises itself (an interrupt; out of memory in a module not rewritten). */
   isUncatchable(error: JSException): boolean {
     return !error.handle.disposed && this.exports.qjs_is_uncatchable_error(error.handle.ptr) !== 0;
   }

@@ -1,6 +1,7 @@
 /**
- * Reading and writing WebAssembly binaries, as much as the write tracking needs (write-tracking.ts): sections, LEB128
- * numbers, value types, and a decoder that walks code one instruction at a time and notes what each writes.
+ * Reading and writing WebAssembly binaries, as much as the rewriters need (write-tracking.ts, catchable-oom.ts):
+ * sections, LEB128 numbers, value types, a decoder that walks code one instruction at a time and notes what each
+ * writes, and the editing of vector sections.
  */
 
 export const I32 = 0x7f;
@@ -439,48 +440,32 @@ export function readTypes(body: Uint8Array): number[] {
   return params;
 }
 
-/** How many functions and globals a module imports (they come first in their index spaces). */
-export function readImportCounts(body: Uint8Array): { functions: number; globals: number } {
+/** How many functions, memories and globals a module imports (each kind numbers its own before the defined ones). */
+export function importCounts(body: Uint8Array | undefined): { functions: number; memories: number; globals: number } {
+  const counts = { functions: 0, memories: 0, globals: 0 };
+  if (!body) return counts;
   const r = new Reader(body);
-  let functions = 0;
-  let globals = 0;
   for (let i = r.u32(); i > 0; i--) {
     r.name();
     r.name();
     const kind = r.u8();
     if (kind === 0) {
       r.u32();
-      functions++;
+      counts.functions++;
     } else if (kind === 1) {
       r.u8();
       r.limits();
     } else if (kind === 2) {
-      throw new WasmRewriteError("the module imports its memory; only a memory of its own can be tracked");
+      r.limits();
+      counts.memories++;
     } else if (kind === 3) {
       r.skip(2);
-      globals++;
+      counts.globals++;
     } else {
       throw new WasmRewriteError(`the module imports something of kind ${kind}`);
     }
   }
-  return { functions, globals };
-}
-
-/** The index of the function a module exports as `name`, or undefined. */
-export function exportedFunction(body: Uint8Array, name: string): number | undefined {
-  const r = new Reader(body);
-  for (let i = r.u32(); i > 0; i--) {
-    const exported = r.name();
-    const kind = r.u8();
-    const index = r.u32();
-    if (exported === name && kind === 0) return index;
-  }
-  return undefined;
-}
-
-/** The number of items of a vector section (globals, exports...). */
-export function itemCount(body: Uint8Array): number {
-  return new Reader(body).u32();
+  return counts;
 }
 
 export function readFunctionTypes(body: Uint8Array): number[] {
@@ -496,4 +481,38 @@ export function constantI32(r: Reader, what: string): number {
   const value = r.signed(32);
   if (r.u8() !== 0x0b) throw new WasmRewriteError(`${what} is not a constant`);
   return value >>> 0;
+}
+
+/** A vector section's body (types, functions, globals, exports...) with one more item at its end. */
+export function withItem(section: Uint8Array, item: number[]): number[] {
+  const r = new Reader(section);
+  const items = r.u32();
+  return [...uleb(items + 1), ...section.subarray(r.pos), ...item];
+}
+
+/** An export section's item: `name` exports the item of `kind` (0 function, 3 global) at `index`. */
+export function exportItem(name: string, kind: number, index: number): number[] {
+  return [...uleb(name.length), ...Buffer.from(name), kind, ...uleb(index)];
+}
+
+/** The module with the bodies of some of its (non-custom) sections replaced, by section id. */
+export function replaceSections(
+  bytes: Uint8Array,
+  sections: Section[],
+  replaced: ReadonlyMap<number, number[] | Uint8Array>,
+): Uint8Array<ArrayBuffer> {
+  const parts: Uint8Array[] = [bytes.subarray(0, 8)];
+  for (const section of sections) {
+    const content = replaced.get(section.id);
+    parts.push(
+      content && section.id !== 0 ? sectionBytes(section.id, content) : sectionBytes(section.id, section.body),
+    );
+  }
+  const out = Buffer.concat(parts);
+  return new Uint8Array(out.buffer.slice(out.byteOffset, out.byteOffset + out.byteLength)) as Uint8Array<ArrayBuffer>;
+}
+
+function sectionBytes(id: number, content: number[] | Uint8Array): Uint8Array {
+  const head = Uint8Array.from([id, ...uleb(content.length)]);
+  return Buffer.concat([head, content instanceof Uint8Array ? content : Uint8Array.from(content)]);
 }

@@ -1,8 +1,10 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { refuseUnknownOptions } from "../options.ts";
+import { catchableOutOfMemory } from "./catchable-oom.ts";
 import { prebuiltTrackedModule } from "./prebuilt-wasm.ts";
-import { instrumentWrites, WasmRewriteError } from "./write-tracking.ts";
+import { WasmRewriteError } from "./wasm-binary.ts";
+import { instrumentWrites } from "./write-tracking.ts";
 
 export interface LoadQuickJSWasmOptions {
   /**
@@ -15,8 +17,8 @@ export interface LoadQuickJSWasmOptions {
 const modules = new Map<string, WebAssembly.Module>();
 
 /**
- * Reads QuickJS's wasm, instruments its memory writes and compiles it, once per path; every VM of the process
- * instantiates the same compiled module. `path` defaults to the file in the installed `quickjs-wasi` package. A
+ * Reads QuickJS's wasm, makes its out-of-memory errors catchable (see catchable-oom.ts), instruments its memory writes
+ * and compiles it, once per path; every VM of the process instantiates the same compiled module. `path` defaults to the file in the installed `quickjs-wasi` package. A
  * module whose writes cannot all be tracked is refused with the reason, unless `trackWrites` is false.
  */
 export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions = {}): WebAssembly.Module {
@@ -31,7 +33,7 @@ export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions =
   let module = modules.get(key);
   if (!module) {
     const bytes = readFileSync(resolved);
-    module = new WebAssembly.Module(trackWrites ? instrument(bytes, resolved) : bytes);
+    module = new WebAssembly.Module(trackWrites ? instrument(bytes, resolved) : patch(bytes, resolved));
     modules.set(key, module);
   }
   return module;
@@ -40,12 +42,22 @@ export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions =
 function instrument(bytes: Uint8Array, path: string): Uint8Array<ArrayBuffer> {
   const prebuilt = prebuiltTrackedModule(bytes);
   if (prebuilt) return prebuilt;
+  const patched = patch(bytes, path);
   try {
-    return instrumentWrites(bytes);
+    return instrumentWrites(patched);
   } catch (error) {
     if (!(error instanceof WasmRewriteError)) throw error;
     throw new WasmRewriteError(
       `cannot track the writes of ${path}: ${error.message}; load it with { trackWrites: false } to reset by whole image`,
     );
+  }
+}
+
+function patch(bytes: Uint8Array, path: string): Uint8Array<ArrayBuffer> {
+  try {
+    return catchableOutOfMemory(bytes);
+  } catch (error) {
+    if (!(error instanceof WasmRewriteError)) throw error;
+    throw new WasmRewriteError(`cannot make the out-of-memory errors of ${path} catchable: ${error.message}`);
   }
 }

@@ -14,33 +14,6 @@
  * stores aimed below `GUARD_END` trap instead of writing, so that no store (nor a memory-corrupting engine bug) can
  * clear marks and leave a block unrestored for the next execution.
  */
-import {
-  constantI32,
-  Decoder,
-  exportedFunction,
-  F32,
-  F64,
-  I32,
-  I64,
-  itemCount,
-  type ModuleFacts,
-  Reader,
-  readFunctionTypes,
-  readImportCounts,
-  readTypes,
-  type Section,
-  sectionsOf,
-  sleb,
-  uleb,
-  V128,
-  vec,
-  WasmRewriteError,
-  WRITES_NOTHING,
-  WRITES_STORE,
-  Writer,
-} from "./wasm-binary.ts";
-
-export { WasmRewriteError };
 
 /** Bytes per tracked block (log2). */
 export const BLOCK_SHIFT = 12;
@@ -52,17 +25,37 @@ export const MAP_BLOCKS = (16 * 1024 * 1024) >> BLOCK_SHIFT;
 export const GUARD_END = MAP_BASE + MAP_BLOCKS;
 /** The export that marks an instrumented module (a function marking [address, address + length) as written). */
 export const MARK_EXPORT = "airlock_mark_written";
-/**
- * The export of a global that counts QuickJS's out-of-memory errors: the prologue of `JS_ThrowOutOfMemory` adds one.
- * A run that ends with an out-of-memory error while it stayed unchanged threw one of its own making.
- */
-export const OOM_COUNT_EXPORT = "airlock_oom_count";
-/** The function whose calls the counter counts. */
-const OOM_FUNCTION = "JS_ThrowOutOfMemory";
 
 const MASK = MAP_BLOCKS - 1;
 /** The stack the module starts with must lie well above the map: QuickJS's guard stops recursion long before. */
 const MIN_STACK_TOP = 512 * 1024;
+
+import {
+  constantI32,
+  Decoder,
+  exportItem,
+  F32,
+  F64,
+  I32,
+  I64,
+  importCounts,
+  type ModuleFacts,
+  Reader,
+  readFunctionTypes,
+  readTypes,
+  replaceSections,
+  type Section,
+  sectionsOf,
+  sleb,
+  uleb,
+  V128,
+  vec,
+  WasmRewriteError,
+  WRITES_NOTHING,
+  WRITES_STORE,
+  Writer,
+  withItem,
+} from "./wasm-binary.ts";
 
 /** Refuses a module whose memory layout would put data or the stack on the map. */
 function checkLayout(sections: Section[]): void {
@@ -128,13 +121,7 @@ const VALUE_SLOT: Record<number, number> = { [I32]: 4, [I64]: 5, [F32]: 6, [F64]
 /** The code of the function being rewritten (reused: functions are rewritten one at a time). */
 const code = new Writer(1 << 16);
 
-function rewriteBody(
-  body: Uint8Array,
-  paramCount: number,
-  markFunction: number,
-  out: Writer,
-  prologue: readonly number[] = [],
-): void {
+function rewriteBody(body: Uint8Array, paramCount: number, markFunction: number, out: Writer): void {
   const r = new Reader(body);
   const declarations: number[][] = [];
   let locals = 0;
@@ -146,7 +133,6 @@ function rewriteBody(
   }
   const base = paramCount + locals;
   code.clear();
-  code.bytes(prologue);
   const decoder = new Decoder(body);
   let copied = r.pos;
   let writes = 0;
@@ -164,7 +150,7 @@ function rewriteBody(
     } else bulkPrologue(code, base, markFunction);
     copied = start;
   }
-  if (writes === 0 && prologue.length === 0) {
+  if (writes === 0) {
     out.uleb(body.length);
     out.bytes(body);
     return;
@@ -259,8 +245,7 @@ function markBody(): number[] {
 }
 
 /**
- * Returns the module with every memory write tracked (see the file comment), plus an export `MARK_EXPORT` and the
- * out-of-memory counter `OOM_COUNT_EXPORT`. Throws a
+ * Returns the module with every memory write tracked (see the file comment), plus an export `MARK_EXPORT`. Throws a
  * WasmRewriteError for a module it cannot track completely (an unknown instruction, an imported memory, data or a
  * stack near the map).
  */
@@ -268,9 +253,11 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   const sections = sectionsOf(bytes);
   checkLayout(sections);
   const body = (id: number) => sections.find((s) => s.id === id)?.body;
-  const importBody = body(2);
-  const imported = importBody ? readImportCounts(importBody) : { functions: 0, globals: 0 };
-  const importedFunctions = imported.functions;
+  const imports = importCounts(body(2));
+  if (imports.memories > 0) {
+    throw new WasmRewriteError("the module imports its memory; only a memory of its own can be tracked");
+  }
+  const importedFunctions = imports.functions;
   const typeBody = body(1);
   const functionBody = body(3);
   const codeBody = body(10);
@@ -282,14 +269,6 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   };
   const markType = facts.params.length;
   const markFunction = facts.importedFunctions + facts.functionTypes.length;
-  // checkLayout found the export and global sections (they hold __stack_pointer).
-  const exportBody = body(7) as Uint8Array;
-  const globalBody = body(6) as Uint8Array;
-  const oomFunction = exportedFunction(exportBody, OOM_FUNCTION);
-  if (oomFunction === undefined) throw new WasmRewriteError(`the module exports no ${OOM_FUNCTION}`);
-  const oomGlobal = imported.globals + itemCount(globalBody);
-  // global.get $count; i32.const 1; i32.add; global.set $count
-  const oomPrologue = [0x23, ...uleb(oomGlobal), 0x41, 0x01, 0x6a, 0x24, ...uleb(oomGlobal)];
 
   const code = new Reader(codeBody);
   const count = code.u32();
@@ -301,44 +280,18 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
     const start = code.pos;
     code.skip(size);
     const type = facts.functionTypes[i] as number;
-    const prologue = facts.importedFunctions + i === oomFunction ? oomPrologue : [];
-    rewriteBody(codeBody.subarray(start, start + size), facts.params[type] as number, markFunction, bodies, prologue);
+    rewriteBody(codeBody.subarray(start, start + size), facts.params[type] as number, markFunction, bodies);
   }
   const mark = markBody();
   bodies.uleb(mark.length);
   bodies.bytes(mark);
 
-  const appendedMany = (section: Uint8Array, added: number, items: number[]): number[] => {
-    const r = new Reader(section);
-    const count = r.u32();
-    return [...uleb(count + added), ...section.subarray(r.pos), ...items];
-  };
-  const appended = (section: Uint8Array, item: number[]): number[] => appendedMany(section, 1, item);
   const replaced = new Map<number, number[] | Uint8Array>([
-    [1, appended(typeBody, [0x60, 2, I32, I32, 0])],
-    [3, appended(functionBody, uleb(markType))],
+    [1, withItem(typeBody, [0x60, 2, I32, I32, 0])],
+    [3, withItem(functionBody, uleb(markType))],
     [10, bodies.result()],
   ]);
-  const exportItems = [
-    ...[...uleb(MARK_EXPORT.length), ...Buffer.from(MARK_EXPORT), 0x00, ...uleb(markFunction)],
-    ...[...uleb(OOM_COUNT_EXPORT.length), ...Buffer.from(OOM_COUNT_EXPORT), 0x03, ...uleb(oomGlobal)],
-  ];
-  replaced.set(7, appendedMany(exportBody, 2, exportItems));
-  // (global (mut i32) (i32.const 0))
-  replaced.set(6, appended(globalBody, [I32, 0x01, 0x41, 0x00, 0x0b]));
-
-  const parts: Uint8Array[] = [bytes.subarray(0, 8)];
-  for (const section of sections) {
-    const content = replaced.get(section.id);
-    parts.push(
-      content && section.id !== 0 ? sectionBytes(section.id, content) : sectionBytes(section.id, section.body),
-    );
-  }
-  const out = Buffer.concat(parts);
-  return new Uint8Array(out.buffer.slice(out.byteOffset, out.byteOffset + out.byteLength)) as Uint8Array<ArrayBuffer>;
-}
-
-function sectionBytes(id: number, content: number[] | Uint8Array): Uint8Array {
-  const head = Uint8Array.from([id, ...uleb(content.length)]);
-  return Buffer.concat([head, content instanceof Uint8Array ? content : Uint8Array.from(content)]);
+  // checkLayout found the export section (it holds __stack_pointer).
+  replaced.set(7, withItem(body(7) as Uint8Array, exportItem(MARK_EXPORT, 0x00, markFunction)));
+  return replaceSections(bytes, sections, replaced);
 }

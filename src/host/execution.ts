@@ -32,6 +32,8 @@ export type CallHandler =
   | { kind: "tools"; resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined }
   | {
       kind: "deterministic";
+      /** What the run declared: a call of anything else means the VM side broke the protocol. */
+      declared: { tools: ReadonlySet<string>; globals: ReadonlySet<string> };
       onStarted?: (fingerprint: string) => void;
       onCall: (call: CodemodeHostCall) => void;
       onIdle?: (seq: number, issued: number) => void;
@@ -89,7 +91,7 @@ export class Execution {
   private lastCallId = 0;
   private run!: LaunchedRun;
   private timer: ReturnType<typeof setTimeout> | undefined;
-  private readonly onAbort = () => this.stop("aborted", "The execution was aborted");
+  private readonly onAbort = () => this.stop("aborted", abortMessage(this.options.signal, "The execution was aborted"));
   finished = false;
 
   constructor(
@@ -101,7 +103,8 @@ export class Execution {
     });
     const { signal, timeoutMs } = options;
     if (signal?.aborted) {
-      this.finish({ ok: false, error: { kind: "aborted", message: "The execution was aborted before it started" } });
+      const message = abortMessage(signal, "The execution was aborted before it started");
+      this.finish({ ok: false, error: { kind: "aborted", message } });
       return;
     }
     options.onStart?.(this);
@@ -300,6 +303,16 @@ export class Execution {
       this.fail("the VM made more calls, or held more in their arguments, than its limits allow");
       return;
     }
+    // The VM side only calls what the run offers; anything else (a forged call by name, say) fails the run closed,
+    // before a record or a hook sees it.
+    const offered =
+      handler.kind === "deterministic"
+        ? (target === "tool" ? handler.declared.tools : handler.declared.globals).has(name)
+        : handler.resolve(target, name) !== undefined;
+    if (!offered) {
+      this.fail(`the VM called a ${target} that the run does not offer`);
+      return;
+    }
     const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
     if (target === "tool") {
       this.calls.push(record);
@@ -317,7 +330,7 @@ export class Execution {
       this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
     }
-    const tool = handler.resolve(target, name);
+    const tool = handler.resolve(target, name) as CodemodeTool;
     const open: OpenCall = {
       record,
       startedAt: performance.now(),
@@ -327,11 +340,6 @@ export class Execution {
       tool: target === "tool",
     };
     this.open.set(id, open);
-    if (!tool) {
-      // The VM only calls names it was configured with; a resolver may still refuse one.
-      queueMicrotask(() => this.answer(id, { ok: false, message: `${name} is not available` }));
-      return;
-    }
     // The tool starts at once; its answer always reaches the VM later, from a promise job, never inside the guest's
     // call stack (launchers also defer commands that arrive while their VM runs).
     // Most tools never look at their signal: it is made when first read (already aborted if the call has ended).
@@ -402,13 +410,9 @@ export class Execution {
       const value = result.value === undefined ? undefined : JSON.parse(result.value);
       const storeWrites = parseWrites(result.writes);
       return { ok: true, value, output: this.output, calls: this.calls, storeWrites, ...during };
-    } catch {
-      return {
-        ok: false,
-        error: { kind: "sandbox", message: "the VM sent a result that is not JSON" },
-        output: this.output,
-        calls: this.calls,
-      };
+    } catch (error) {
+      const message = error instanceof StoreWriteError ? error.message : "the VM sent a result that is not JSON";
+      return { ok: false, error: { kind: "sandbox", message }, output: this.output, calls: this.calls };
     }
   }
 
@@ -462,6 +466,20 @@ function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
 }
 
 /**
+ * The message of an abort signal's reason when the host gave an Error (as pi-codemode reports it), else `fallback`;
+ * also for the AbortError that `abort()` without a reason makes, whose message says no more than the fallback.
+ */
+function abortMessage(signal: AbortSignal | undefined, fallback: string): string {
+  const reason: unknown = signal?.reason;
+  if (!(reason instanceof Error) || (reason instanceof DOMException && reason.name === "AbortError")) return fallback;
+  try {
+    return typeof reason.message === "string" && reason.message !== "" ? reason.message : fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+/**
  * The message of a thrown value, as a string. Reading it runs the thrower's code (a `message` getter, a `toString`, a
  * revoked Proxy's traps), so it may throw itself: then the message says that it could not be read.
  */
@@ -474,12 +492,22 @@ function errorMessage(error: unknown, unreadable = "an error whose message canno
   }
 }
 
-/** Store writes come as `{ set: { key: json }, delete: [keys] }`; keys such as `__proto__` stay plain data. */
+/** Store writes the script environment never sends: the run fails with a `sandbox` error. */
+class StoreWriteError extends Error {}
+
+/**
+ * Store writes come as `{ set: { key: json }, delete: [keys] }`. Hosts apply them as the README does, with
+ * `Object.assign(saved, storeWrites.set)`, which would set the prototype of `saved` for a key `__proto__`: the script
+ * environment refuses that key, and a VM side that sends it anyway broke the protocol. Other keys such as
+ * `constructor` stay plain data.
+ */
 function parseWrites(json: string | undefined): CodemodeStoreWrites {
   const writes: CodemodeStoreWrites = { set: {}, delete: [] };
   if (json === undefined) return writes;
   const parsed = JSON.parse(json) as { set: Record<string, string>; delete: string[] };
   for (const key of Object.keys(parsed.set)) {
+    if (key === "__proto__")
+      throw new StoreWriteError("the VM sent a store write for __proto__, which scripts cannot make");
     Object.defineProperty(writes.set, key, {
       value: JSON.parse(parsed.set[key] as string),
       enumerable: true,

@@ -105,8 +105,8 @@ export class HostPeer {
   readonly ready: Promise<void>;
   dead = false;
   booted = false;
-  /** Its warm-up runs (see PeerPool.warm) were started. */
-  warmed = false;
+  /** Its warm-up runs (see PeerPool.warm), once started: every `warm()` waits for the same runs. */
+  warming: Promise<void> | undefined;
   retiring = false;
   /** Resolves once the VM side is killed or gone. */
   readonly gone: Promise<void>;

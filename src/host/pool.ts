@@ -156,10 +156,13 @@ export class PeerPool implements Launcher {
     await Promise.all(this.peers.map((p) => this.warmUp(p)));
   }
 
-  /** Runs a booted VM side's warm-up (once). */
-  private async warmUp(peer: HostPeer): Promise<void> {
-    if (peer.warmed) return;
-    peer.warmed = true;
+  /** Runs a booted VM side's warm-up (once; a second caller waits for the first's). */
+  private warmUp(peer: HostPeer): Promise<void> {
+    peer.warming ??= this.runWarmUp(peer);
+    return peer.warming;
+  }
+
+  private async runWarmUp(peer: HostPeer): Promise<void> {
     const runs = this.options.warmRuns ?? WARM_RUNS;
     for (let i = 0; i < runs && !peer.dead && !this.closed; i++) {
       const exec = ++this.lastExec;

@@ -249,8 +249,8 @@ export class McpGateway {
     try {
       const parsed = parseCodemodeSource(code);
       script = stripTypeScript(parsed.code);
-      timeoutMs = Math.min(parsed.options.timeout_ms ?? timeoutMs, timeoutMs);
-      maxOutputTokens = Math.min(parsed.options.max_output_tokens ?? maxOutputTokens, maxOutputTokens);
+      timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
+      maxOutputTokens = Math.min(parsed.options.maxOutputTokens ?? maxOutputTokens, maxOutputTokens);
     } catch (error) {
       if (!(error instanceof CodemodeSourceError)) throw error;
       const where =

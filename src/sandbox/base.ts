@@ -17,6 +17,7 @@ import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/errors.ts";
+import { explainScriptError } from "../source/script-errors.ts";
 import { stripTypeScript } from "../source/typescript.ts";
 import { startTrace } from "../tracing/index.ts";
 import type {
@@ -161,12 +162,13 @@ export abstract class CodemodeSandboxBase {
     const parts = global.name.split(".");
     if (parts.length > 2 || !parts.every(isIdentifier) || parts.some((p) => RESERVED_GLOBALS.has(p))) {
       throw new Error(
-        `global "${global.name}" must be an identifier or namespace.member, and may not take a name the script environment uses`,
+        `Invalid global "${global.name}": a global must be an identifier or namespace.member, and may not take a name the script environment uses`,
       );
     }
     if (this.globalMap.has(global.name)) throw new Error(`a global named "${global.name}" is already registered`);
     const other = collidingGlobal(global.name, this.globalMap.keys());
-    if (other !== undefined) throw new Error(`global "${global.name}" collides with global "${other}"`);
+    if (other !== undefined)
+      throw new Error(`global "${global.name}" conflicts with the namespace of global "${other}"`);
     this.globalMap.set(global.name, global);
     this.view = undefined;
   }
@@ -191,7 +193,10 @@ export abstract class CodemodeSandboxBase {
     return this.view;
   }
 
-  /** Runs `code` (the body of an async function). Never rejects for script failures; see `CodemodeResult`. */
+  /**
+   * Runs `code` (the body of an async function). Never rejects for script failures (see `CodemodeResult`); rejects
+   * for bad arguments and once the sandbox is closed.
+   */
   async execute(code: string, options: CodemodeExecuteOptions = {}): Promise<CodemodeResult> {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
@@ -202,7 +207,7 @@ export abstract class CodemodeSandboxBase {
       throw new TypeError("onProgress must be a function");
     }
     const store = encodeStore(options.store);
-    if (this.closed) return closedResult();
+    if (this.closed) throw this.closedError("execute");
     const script = this.compile(code);
     if (typeof script !== "string") return script;
     // The execution keeps the tools it started with; registering or removing tools affects later executions only.
@@ -225,8 +230,9 @@ export abstract class CodemodeSandboxBase {
       onStart: (e) => this.executions.add(e),
       onEnd: (e) => this.executions.delete(e),
     });
-    if (trace === undefined) return execution.result;
-    return execution.result.then((result) => {
+    const result = execution.result.then((result) => explained(result, code));
+    if (trace === undefined) return result;
+    return result.then((result) => {
       trace.end({
         ok: result.ok,
         ...(result.ok ? {} : { error: result.error.kind }),
@@ -264,6 +270,7 @@ export abstract class CodemodeSandboxBase {
     checkSignal(options.signal);
     const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
+    if (this.closed) throw this.closedError("start");
     const script = this.compile(code);
     checkLists(options);
     // A tool is both tools.<id> and tools[<name>]: no two tools may define the same property.
@@ -298,11 +305,12 @@ export abstract class CodemodeSandboxBase {
         parts.some((p) => RESERVED_GLOBALS.has(p))
       ) {
         throw new TypeError(
-          `global "${g?.name}" must be an identifier or namespace.member not used by the environment`,
+          `Invalid global "${g?.name}": a global must be an identifier or namespace.member not used by the environment`,
         );
       }
       const other = collidingGlobal(g.name, globalNames);
-      if (other !== undefined) throw new Error(`global "${g.name}" collides with global "${other}"`);
+      if (other === g.name) throw new Error(`global "${g.name}" is declared twice`);
+      if (other !== undefined) throw new Error(`global "${g.name}" conflicts with the namespace of global "${other}"`);
       globalNames.push(g.name);
       return { name: g.name, spread: g.spread === true };
     });
@@ -315,12 +323,14 @@ export abstract class CodemodeSandboxBase {
     );
     // A script that did not compile (TypeScript) has its result already: nothing runs, and no hook is called.
     const execution =
-      this.closed || typeof script !== "string"
+      typeof script !== "string"
         ? undefined
         : new Execution(this.launcher, {
             request,
             handler: {
               kind: "deterministic",
+              // Checked on the host too: the run's calls are of these names, whatever the VM side sends.
+              declared: { tools: new Set(tools.map((t) => t.name)), globals: new Set(globalNames) },
               onStarted: options.onStarted,
               onCall: options.onCall,
               onIdle: options.onIdle,
@@ -330,23 +340,16 @@ export abstract class CodemodeSandboxBase {
             onStart: (e) => this.executions.add(e),
             onEnd: (e) => this.executions.delete(e),
           });
-    const result =
-      typeof script !== "string"
-        ? Promise.resolve(script)
-        : execution
-          ? execution.result
-          : Promise.resolve(closedResult());
+    const result = execution
+      ? execution.result.then((ended) => explained(ended, code))
+      : Promise.resolve(script as CodemodeResult);
     return {
       result,
       get finished() {
         return execution?.finished ?? true;
       },
       deliver: (seq, now, id, outcome) => {
-        if (!execution) {
-          throw new Error(
-            typeof script === "string" ? "deliver(): the sandbox is closed" : "deliver(): the run has finished",
-          );
-        }
+        if (!execution) throw new Error("deliver(): the run has finished");
         execution.deliver(seq, now, id, outcome);
       },
     };
@@ -359,7 +362,7 @@ export abstract class CodemodeSandboxBase {
   close(): Promise<void> {
     if (!this.closing) {
       this.closed = true;
-      for (const execution of [...this.executions]) execution.stop("aborted", "The sandbox was closed");
+      for (const execution of [...this.executions]) execution.stop("aborted", "Sandbox closed");
       this.closing = this.launcher.close();
     }
     return this.closing;
@@ -367,9 +370,17 @@ export abstract class CodemodeSandboxBase {
 
   /**
    * Runs `HOST_WARM_RUNS` small executions through the whole host path (this sandbox's launcher, the execution, the
-   * calls), so that the first executions a caller makes after `warm()` do not run on cold code. Called by `warm()`.
+   * calls), so that the first executions a caller makes after `warm()` do not run on cold code. Called by `warm()`;
+   * every call shares the first one's runs, so that a second `warm()` returns only once the host is warm.
    */
-  protected async warmHost(): Promise<void> {
+  protected warmHost(): Promise<void> {
+    this.hostWarming ??= this.runHostWarm();
+    return this.hostWarming;
+  }
+
+  private hostWarming: Promise<void> | undefined;
+
+  private async runHostWarm(): Promise<void> {
     for (let i = 0; i < HOST_WARM_RUNS && !this.closed; i++) {
       const execution = new Execution(this.launcher, {
         request: {
@@ -391,6 +402,11 @@ export abstract class CodemodeSandboxBase {
       });
       await execution.result;
     }
+  }
+
+  /** What `execute()` and `start()` throw once the sandbox is closed (pi-codemode's callers expect a rejection). */
+  private closedError(method: string): Error {
+    return new Error(`${method}(): this ${this.constructor.name} is closed; create a new sandbox to run more scripts`);
   }
 
   /** The JavaScript to run, or the failed result of a TypeScript script that does not parse. */
@@ -436,8 +452,11 @@ export abstract class CodemodeSandboxBase {
   }
 }
 
-function closedResult(): CodemodeResult {
-  return { ok: false, error: { kind: "aborted", message: "The sandbox is closed" }, output: [], calls: [] };
+/** A failed result with its engine-worded error explained from the script's own lines (see script-errors.ts). */
+function explained(result: CodemodeResult, code: string): CodemodeResult {
+  if (result.ok) return result;
+  const error = explainScriptError(result.error, code);
+  return error === result.error ? result : { ...result, error };
 }
 
 /**

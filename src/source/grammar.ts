@@ -12,7 +12,7 @@
  */
 export const CODEMODE_SOURCE_GRAMMAR: string = String.raw`// An airlock code-mode script: what parseCodemodeSource (airlock/source) accepts.
 // Lines end at "\n". The first line may set options: "// @options:" after optional whitespace, then a JSON
-// object with only "max_output_tokens" (1 to 1000000) and "timeout_ms" (1 to 3600000), each a plain integer.
+// object with only "max_output_tokens" (0 to 1000000) and "timeout_ms" (1 to 3600000), each a plain integer.
 // Then comes the code: at least one line with a character that is not whitespace, and no line that starts
 // with "// @options:" after optional whitespace.
 start: SOURCE
@@ -25,7 +25,7 @@ OPTIONS: "{" JSON_WS "}"
        | "{" JSON_WS TIMEOUT_MS JSON_WS "}"
        | "{" JSON_WS MAX_OUTPUT_TOKENS JSON_WS "," JSON_WS TIMEOUT_MS JSON_WS "}"
        | "{" JSON_WS TIMEOUT_MS JSON_WS "," JSON_WS MAX_OUTPUT_TOKENS JSON_WS "}"
-MAX_OUTPUT_TOKENS: "\"max_output_tokens\"" JSON_WS ":" JSON_WS /(?:[1-9][0-9]{0,5}|1000000)/
+MAX_OUTPUT_TOKENS: "\"max_output_tokens\"" JSON_WS ":" JSON_WS /(?:0|[1-9][0-9]{0,5}|1000000)/
 TIMEOUT_MS: "\"timeout_ms\"" JSON_WS ":" JSON_WS /(?:[1-9][0-9]{0,5}|[12][0-9]{6}|3[0-5][0-9]{5}|3600000)/
 JSON_WS: /[ \t\r]*/
 

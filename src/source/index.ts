@@ -8,6 +8,7 @@ export { CODEMODE_SOURCE_GRAMMAR } from "./grammar.ts";
 export {
   CODEMODE_OPTIONS_LIMITS,
   CODEMODE_OPTIONS_PREFIX,
+  type CodemodeOptionsFields,
   type CodemodeSourceOptions,
   type ParsedCodemodeSource,
   parseCodemodeSource,
