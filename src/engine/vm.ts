@@ -1,39 +1,26 @@
 /**
  * One QuickJS instance and its post-prelude memory image.
  *
- * A VM is booted once (create, prelude, capture the image) and then reused: after every execution its linear memory
- * is restored from the image, which puts it in exactly its post-prelude state in well under a millisecond. With the
- * module instrumented by write-tracking.ts, only the pages the execution wrote are restored (the guest's stores and
- * bulk operations mark them; the host marks its own writes: buffers it allocates through `wasm_malloc` and what the
- * WASI functions write); otherwise the whole image is. This
- * reaches into quickjs-wasi internals (the instance's exports and the host-side wrapper), so the version is pinned and
- * a soak test compares reset VMs against fresh ones. The reset is sound only if all of this is restored:
- * 1. linear memory up to the image size;
- * 2. the module's `__stack_pointer` global;
- * 3. a VM whose memory grew past the image gets a new instance (zeroing the tail is not enough: the allocator would
- *    keep growing);
- * 4. a fresh host-side `QuickJS` wrapper per execution, so stale handles and late promise resolutions of the previous
- *    execution reach a retired wrapper and do nothing;
- * 5. host-side async work checks `generation` before touching the VM.
+ * A VM is booted once (create, prelude, capture the image) and then reused: after every execution it is reset to the
+ * image (image.ts: the memory, restored by the blocks the execution wrote or whole, and the globals), which puts it
+ * in exactly its post-prelude state in well under a millisecond. This reaches into quickjs-wasi internals (the
+ * instance's exports and the host-side wrapper), so the version is pinned and a soak test compares reset VMs against
+ * fresh ones. Of the list of what makes the reset sound (image.ts), items 4 and 5 are this file's: a fresh wrapper
+ * per execution (bindWrapper) and `generation`.
  */
 import { createHash, randomFillSync } from "node:crypto";
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
+import { type ImageExports, InstanceMemory, type MemoryImage } from "./image.ts";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
-import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS, MARK_EXPORT } from "./write-tracking.ts";
-import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
+import { MARK_EXPORT } from "./write-tracking.ts";
 
 /** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
-interface Exports extends ValueExports {
-  memory: WebAssembly.Memory;
-  __stack_pointer: WebAssembly.Global;
+interface Exports extends ValueExports, ImageExports {
   _initialize(): void;
   qjs_init2(intrinsics: number): number;
-  qjs_get_runtime_ptr(): number;
-  qjs_get_context_ptr(): number;
-  qjs_set_runtime_and_context(rt: number, ctx: number): void;
   qjs_is_job_pending(): number;
   qjs_execute_pending_job(): number;
   qjs_set_memory_limit(limit: number): void;
@@ -74,22 +61,13 @@ export interface VmClock {
 
 const frozenClock: VmClock = { realtimeMs: () => 0, monotonicMs: () => 0 };
 
-export interface VmImage {
-  /** Bytes of linear memory the image covers (a VM's whole memory when it was captured). */
-  byteLength: number;
-  stackPointer: number;
-  runtimePtr: number;
-  contextPtr: number;
+/** A VM's post-prelude state: its instance's memory image (image.ts) and the prelude's entry points in it. */
+export interface VmImage extends MemoryImage {
   /** Tokens (quickjs-wasi exportHandle) of the prelude's entry points, valid in every VM made from this image. */
   entries: Record<EntryName, number>;
   /** SHA-256 of the prelude source, part of a deterministic run's fingerprint. */
   preludeHash: string;
   versions: Record<string, string>;
-  /**
-   * The image as runs of all-zero and other pages, in the order a reset restores them: zero runs first (checked,
-   * and filled where written), then the runs with data, so that those are in the cache when the next execution runs.
-   */
-  segments: ImageSegment[];
 }
 
 /** The prelude's entry points (see PRELUDE_SOURCE). */
@@ -97,24 +75,11 @@ const ENTRY_NAMES = ["configure", "prepare", "start", "settle"] as const;
 export type EntryName = (typeof ENTRY_NAMES)[number];
 export type EntryPoints = Record<EntryName, JSValueHandle>;
 
-/** A run of 4 KiB pages of an image: all zero, or with the bytes they hold (only these are kept in host memory). */
-export type ImageSegment =
-  | { from: number; to: number; zero: true }
-  | { from: number; to: number; zero: false; data: Uint8Array };
-
 /** The single host function: reads its arguments and returns a primitive for the guest. */
 export type HostCallback = (args: HostArgs) => Primitive;
 
-/** The unit of an image's segments and of the zero-page checks. */
-const PAGE_BYTES = 4096;
-/** The unit of write tracking (see write-tracking.ts). */
-const BLOCK_BYTES = 1 << BLOCK_SHIFT;
 const WASI_ERRNO_BADF = 8;
 const WASI_FILETYPE_CHARACTER_DEVICE = 2;
-/** Bytes at the start of the block after a written one that a store straddling the boundary may have reached. */
-const STRADDLE_BYTES = 16;
-/** Zero pages (256 KiB) one execution may write before its instance counts as slower to reset. */
-export const MANY_ZERO_PAGES = 64;
 
 /** UTF-8 length of HOST_FUNCTION, which names every call of it. */
 const HOST_FUNCTION_BYTES = Buffer.byteLength(HOST_FUNCTION);
@@ -126,7 +91,10 @@ export interface VmOptions {
 }
 
 export class GuestVm {
-  /** Bumped by every reset; async work captured under an older generation must not touch the VM. */
+  /**
+   * Bumped by every reset; async work captured under an older generation must not touch the VM (item 5 of the
+   * reset's soundness list, image.ts).
+   */
   generation = 0;
   clock: VmClock = frozenClock;
   /** Polled by QuickJS while the guest runs, and between batches of promise jobs. */
@@ -140,7 +108,8 @@ export class GuestVm {
   private exports!: Exports;
   /** Marks host writes as written, in a module instrumented by write-tracking.ts. */
   private readonly markWritten: ((address: number, length: number) => void) | undefined;
-  private readonly zeroPages: ZeroPages | undefined;
+  /** The instance's memory, captured as images and reset to them. */
+  private readonly memory: InstanceMemory;
   private readonly values: GuestValues;
   private entries?: EntryPoints;
 
@@ -163,7 +132,7 @@ export class GuestVm {
           },
         }
       : raw;
-    this.zeroPages = zeroPagesFor(this.exports.memory);
+    this.memory = new InstanceMemory(this.exports, mark !== undefined);
     this.values = new GuestValues(this.exports, {
       read: (box) => new JSValueHandle(this.wrapper, box, false, true).toString(),
       write: (value) => this.wrapper.newString(value).ptr,
@@ -200,7 +169,7 @@ export class GuestVm {
     vm.entries = handles;
     vm.dirty = true;
     // The headroom was written (allocated and cleared) on the way to the image; checking it costs full resets more.
-    if (!vm.markWritten) vm.peakZeroPagesWritten = IMAGE_HEAP_HEADROOM_BYTES / PAGE_BYTES;
+    vm.memory.countZeroPagesWritten(IMAGE_HEAP_HEADROOM_BYTES);
     return { vm, image };
   }
 
@@ -217,20 +186,12 @@ export class GuestVm {
 
   private captureImage(from: Pick<VmImage, "entries" | "preludeHash" | "versions">): VmImage {
     const w = this.wrapper;
-    const ex = this.exports;
     w.runGC();
     // After a collection QuickJS sets its next threshold just above the live heap, so every execution would start
     // with a full collection of the image's objects. Short executions never need one: move it into the headroom.
     w.gcThreshold = w.getAllocatedSize() + IMAGE_HEAP_HEADROOM_BYTES / 2;
-    const memory = new Uint8Array(ex.memory.buffer);
-    // Everything written so far is part of the image: tracking starts over from it.
-    if (this.markWritten) memory.fill(0, MAP_BASE, MAP_BASE + MAP_BLOCKS);
     return {
-      byteLength: memory.byteLength,
-      segments: segmentsOf(memory),
-      stackPointer: ex.__stack_pointer.value as number,
-      runtimePtr: ex.qjs_get_runtime_ptr(),
-      contextPtr: ex.qjs_get_context_ptr(),
+      ...this.memory.capture(),
       entries: from.entries,
       preludeHash: from.preludeHash,
       versions: from.versions,
@@ -314,23 +275,28 @@ export class GuestVm {
   }
 
   private image?: VmImage;
-  /** Bytes the last reset restored: the blocks marked as written, or the whole image. */
-  restoredBytes = 0;
   /** True when the VM has run guest code since its last reset. */
   dirty = false;
-  /** Resets in a row, up to the last, that each filled fewer than MANY_ZERO_PAGES zero pages. */
-  quietResets = 0;
-  /**
-   * The most zero pages of the image one execution wrote (filled again by the reset that followed): a lower bound
-   * of the zero pages this instance has written. Linux backs a page that was never written with its one shared zero
-   * page, which stays in the cache and makes checking it cheap; a page once written keeps memory of its own, and
-   * checking it, cold, costs several times more. A VM that wrote many is worth replacing by a new instance. Only
-   * whole-image resets check zero pages: a VM that tracks writes keeps this at 0.
-   */
-  peakZeroPagesWritten = 0;
-  private zeroPagesWritten = 0;
 
-  /** Binds a fresh host-side wrapper to the instance and retires the previous one. */
+  /** Bytes the last reset restored: the blocks marked as written, or the whole image. */
+  get restoredBytes(): number {
+    return this.memory.restoredBytes;
+  }
+
+  /** Resets in a row, up to the last, that each filled fewer than MANY_ZERO_PAGES zero pages. */
+  get quietResets(): number {
+    return this.memory.quietResets;
+  }
+
+  /** The most zero pages of the image one execution wrote (see InstanceMemory.peakZeroPagesWritten). */
+  get peakZeroPagesWritten(): number {
+    return this.memory.peakZeroPagesWritten;
+  }
+
+  /**
+   * Binds a fresh host-side wrapper to the instance and retires the previous one (item 4 of the reset's soundness
+   * list, image.ts).
+   */
   private bindWrapper(): void {
     const previous = this.wrapper;
     const w = new WrapperCtor(this.options.module);
@@ -374,10 +340,7 @@ export class GuestVm {
     this.resetToken++;
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
-    if (this.resetWritten(image)) return true;
-    const grownFrom = this.growTo(image);
-    for (const segment of image.segments) this.restore(segment, segment.from, segment.to, grownFrom);
-    this.restoredBytes = image.byteLength;
+    if (!this.memory.restoreWritten(image, this.image)) this.memory.restoreAll(image);
     this.completeReset(image);
     return true;
   }
@@ -392,116 +355,23 @@ export class GuestVm {
     if (!this.dirty && this.image === image && !this.broken) return true;
     if (!this.canReset(image)) return false;
     // Restoring the written blocks takes microseconds: no steps needed.
-    if (this.resetWritten(image)) return true;
-    const grownFrom = this.growTo(image);
-    for (const segment of image.segments) {
-      for (let offset = segment.from; offset < segment.to; offset += chunkBytes) {
-        this.restore(segment, offset, Math.min(segment.to, offset + chunkBytes), grownFrom);
-        yield;
-        if (token !== this.resetToken) return true;
-      }
+    if (!this.memory.restoreWritten(image, this.image)) {
+      const finished = yield* this.memory.restoreInSteps(image, chunkBytes, () => token !== this.resetToken);
+      if (!finished) return true;
     }
-    this.restoredBytes = image.byteLength;
     this.completeReset(image);
     return true;
   }
 
   private resetToken = 0;
 
-  /**
-   * True when restoring the blocks marked as written suffices: the module tracks writes and the memory held exactly
-   * this image when tracking last started (its reset to it, or its capture). A write past the image would have grown
-   * the memory, which the size check catches (and canReset replaces such a VM).
-   */
-  private canRestoreWritten(image: VmImage): boolean {
-    return (
-      this.markWritten !== undefined &&
-      this.image === image &&
-      image.byteLength <= MAP_BLOCKS * BLOCK_BYTES &&
-      this.exports.memory.buffer.byteLength === image.byteLength
-    );
-  }
-
-  /** The reset by the blocks marked as written, where it suffices (see canRestoreWritten); false otherwise. */
-  private resetWritten(image: VmImage): boolean {
-    if (!this.canRestoreWritten(image)) return false;
-    this.restoreWritten(image);
-    this.completeReset(image);
-    return true;
-  }
-
-  /** Restores the blocks marked as written (see write-tracking.ts) from the image and clears the marks. */
-  private restoreWritten(image: VmImage): void {
-    const memory = new Uint8Array(this.exports.memory.buffer);
-    const sources = blockSourcesOf(image);
-    const blocks = sources.length;
-    const map = memory.subarray(MAP_BASE, MAP_BASE + blocks);
-    const words = new Int32Array(memory.buffer, MAP_BASE, Math.ceil(blocks / 4));
-    let restored = 0;
-    for (let word = 0; word < words.length; word++) {
-      if (words[word] === 0) continue;
-      const end = Math.min(blocks, word * 4 + 4);
-      for (let block = word * 4; block < end; block++) {
-        if (map[block] === 0) continue;
-        restored++;
-        const at = block * BLOCK_BYTES;
-        const source = sources[block];
-        if (source) memory.set(source, at);
-        else memory.fill(0, at, at + BLOCK_BYTES);
-        // A store that began near the end of this block may have reached into the next one; bulk writes and the
-        // host's mark every block they touch.
-        const next = block + 1;
-        if (next < blocks && map[next] === 0) {
-          const nextSource = sources[next];
-          const nextAt = at + BLOCK_BYTES;
-          // Byte by byte: a subarray per block would cost more than these 16 bytes.
-          for (let i = 0; i < STRADDLE_BYTES; i++) memory[nextAt + i] = nextSource ? (nextSource[i] as number) : 0;
-        }
-      }
-    }
-    map.fill(0);
-    this.restoredBytes = restored * BLOCK_BYTES;
-  }
-
   private canReset(image: VmImage): boolean {
-    // A VM whose memory grew past the image needs a new instance: the allocator would keep growing otherwise.
-    return !this.broken && this.exports.memory.buffer.byteLength <= image.byteLength;
-  }
-
-  /** Grows a new instance's memory to the image's size; returns where the pages the grow added begin. */
-  private growTo(image: VmImage): number {
-    const memory = this.exports.memory;
-    const size = memory.buffer.byteLength;
-    if (size < image.byteLength) memory.grow(Math.ceil((image.byteLength - size) / 65536));
-    return size;
-  }
-
-  /**
-   * Restores [from, to) of one segment of the image. Resets cover the whole image, the stack pages below QuickJS's
-   * guard included: skipping them would let a guest that corrupts memory through an engine bug leave data there for
-   * a later execution (maybe another tenant's).
-   */
-  private restore(segment: ImageSegment, from: number, to: number, grownFrom: number) {
-    if (!segment.zero) {
-      new Uint8Array(this.exports.memory.buffer).set(
-        segment.data.subarray(from - segment.from, to - segment.from),
-        from,
-      );
-      return;
-    }
-    // Pages a grow added are zero already: a VM's first reset need not touch them (that costs page faults).
-    const end = Math.min(to, grownFrom);
-    if (from >= end) return;
-    if (this.zeroPages) this.zeroPagesWritten += this.zeroPages(from, end);
-    else {
-      new Uint8Array(this.exports.memory.buffer).fill(0, from, end);
-      this.zeroPagesWritten += (end - from) / PAGE_BYTES;
-    }
+    // A VM whose memory grew past the image needs a new instance (see InstanceMemory.fits).
+    return !this.broken && this.memory.fits(image);
   }
 
   private completeReset(image: VmImage): void {
-    this.exports.__stack_pointer.value = image.stackPointer;
-    this.exports.qjs_set_runtime_and_context(image.runtimePtr, image.contextPtr);
+    this.memory.complete(image);
     this.bindWrapper();
     const w = this.wrapper;
     const entries = {} as EntryPoints;
@@ -509,12 +379,6 @@ export class GuestVm {
     this.entries = entries;
     this.image = image;
     this.dirty = false;
-    // Only full resets check the zero pages, so only they get slower once many were written (see peakZeroPagesWritten).
-    if (!this.markWritten) {
-      this.quietResets = this.zeroPagesWritten >= MANY_ZERO_PAGES ? 0 : this.quietResets + 1;
-      this.peakZeroPagesWritten = Math.max(this.peakZeroPagesWritten, this.zeroPagesWritten);
-    }
-    this.zeroPagesWritten = 0;
   }
 
   /** The current wrapper; valid until the next reset. */
@@ -577,50 +441,6 @@ export class GuestVm {
     this.entries = undefined;
     this.broken = true;
   }
-}
-
-/** Splits memory into runs of 4 KiB pages that are all zero or not, zero runs first; data runs get a copy. */
-function segmentsOf(memory: Uint8Array): ImageSegment[] {
-  const page = PAGE_BYTES;
-  const words = new BigUint64Array(memory.buffer, memory.byteOffset, memory.byteLength / 8);
-  const runs: { from: number; to: number; zero: boolean }[] = [];
-  for (let from = 0; from < memory.byteLength; from += page) {
-    let zero = true;
-    for (let i = from / 8; i < (from + page) / 8; i++) {
-      if (words[i] !== 0n) {
-        zero = false;
-        break;
-      }
-    }
-    const last = runs[runs.length - 1];
-    if (last && last.zero === zero) last.to = from + page;
-    else runs.push({ from, to: from + page, zero });
-  }
-  const zeros: ImageSegment[] = [];
-  const data: ImageSegment[] = [];
-  for (const { from, to, zero } of runs) {
-    if (zero) zeros.push({ from, to, zero });
-    else data.push({ from, to, zero, data: memory.slice(from, to) });
-  }
-  return [...zeros, ...data];
-}
-
-const blockSources = new WeakMap<VmImage, (Uint8Array | undefined)[]>();
-
-/** The image's bytes block by block (undefined for an all-zero block), for restoring single blocks. */
-function blockSourcesOf(image: VmImage): (Uint8Array | undefined)[] {
-  let sources = blockSources.get(image);
-  if (!sources) {
-    sources = new Array<Uint8Array | undefined>(Math.ceil(image.byteLength / BLOCK_BYTES)).fill(undefined);
-    for (const segment of image.segments) {
-      if (segment.zero) continue;
-      for (let at = segment.from; at < segment.to; at += BLOCK_BYTES) {
-        sources[at / BLOCK_BYTES] = segment.data.subarray(at - segment.from, at - segment.from + BLOCK_BYTES);
-      }
-    }
-    blockSources.set(image, sources);
-  }
-  return sources;
 }
 
 /** The interrupt poll between promise jobs fired. */
