@@ -217,7 +217,11 @@ async function exercise(client: Client) {
   expect(failed.structuredContent).toMatchObject({
     ok: false,
     output: "step 1",
-    error: { kind: "script", name: "TypeError", message: "cannot read property 'entities' of null" },
+    error: {
+      kind: "script",
+      name: "TypeError",
+      message: "cannot read property 'entities' of null (line 3: return graph.entities;)",
+    },
   });
   expect(failed.structuredContent).not.toHaveProperty("value");
   // A tool the gateway does not have is a protocol error, not a result.
