@@ -87,7 +87,7 @@ describe("a failed script names its file and shows the failing line", () => {
     expect(result.stdout).toBe("hello\n");
     expect(result.stderr).toBe(
       [
-        "airlock: run failed (script): TypeError: cannot read property 'deeper' of undefined",
+        "airlock: run failed (script): TypeError: cannot read property 'deeper' of undefined (line 3: const y = o.missing.deeper;)",
         "hello.js:3:11",
         "  3 | const y = o.missing.deeper;",
         "    |           ^",

@@ -220,9 +220,9 @@ function hostValue(random: () => number): { value: unknown; fault?: string } {
 
 describe("fuzz of the sandbox boundary", () => {
   it("host-made inputs: refused ones never reach the sandbox, accepted ones make an exact JSON round trip", async () => {
-    const deadline = Date.now() + 3_000;
+    // A fixed set of seeds (not as many as fit in some time), so that every run checks the same cases.
     let checked = 0;
-    for (let seed = 1; seed <= 400 && Date.now() < deadline; seed++) {
+    for (let seed = 1; seed <= 80; seed++) {
       const { value, fault } = hostValue(prng(seed));
       const before = brokered;
       const outcome = await mode.execute(echoProgram, value, run());
@@ -238,14 +238,13 @@ describe("fuzz of the sandbox boundary", () => {
       }
       checked++;
     }
-    expect(checked).toBeGreaterThan(50);
+    expect(checked).toBe(80);
   });
 
   it("program-made values: every value the host accepts is within limits, every outcome is defined", async () => {
-    const deadline = Date.now() + 5_000;
     const codes = new Set<string>();
     let checked = 0;
-    for (let seed = 1; seed <= 1_000 && Date.now() < deadline; seed++) {
+    for (let seed = 1; seed <= 40; seed++) {
       received.length = 0;
       const outcome = await mode.execute(hostileProgram, { seed }, run());
       for (const value of received) assertBounded({ value }, LIMITS.maxToolInputBytes);
@@ -261,7 +260,7 @@ describe("fuzz of the sandbox boundary", () => {
       expect(({} as Record<string, unknown>).polluted).toBeUndefined();
       checked++;
     }
-    expect(checked).toBeGreaterThan(20);
+    expect(checked).toBe(40);
     expect(codes.has("OK")).toBe(true);
     expect(codes.has("INVALID_OUTPUT") || codes.has("LIMIT_EXCEEDED")).toBe(true);
     // The host survived: a plain execution still works.
