@@ -1,0 +1,100 @@
+/**
+ * Real workerd through miniflare: the test fixtures' agent and sandbox Workers, bundled with esbuild as Wrangler
+ * would (ESM, neutral platform, QuickJS kept external and handed over as a CompiledWasm module).
+ */
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+import { Miniflare } from "miniflare";
+import type { Outcome, Scenario } from "../fixtures/cloudflare/agent-worker.ts";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const fixtures = join(here, "..", "fixtures", "cloudflare");
+/** Where the bundles say they are: the wasm import of airlock-codemode/cloudflare is `../engine/...` from there. */
+const ROOT = "/airlock-workerd";
+const COMPATIBILITY_DATE = "2026-04-22";
+
+/** A Worker's entry bundled for the Workers platform; its imports of wasm and of the runtime stay as they are. */
+export async function bundleWorker(entry: string): Promise<string> {
+  const result = await build({
+    entryPoints: [entry],
+    bundle: true,
+    format: "esm",
+    platform: "neutral",
+    external: ["*.wasm", "cloudflare:workers"],
+    write: false,
+    logLevel: "silent",
+  });
+  return result.outputFiles[0]?.text ?? "";
+}
+
+/** Imports of `node:` modules and of wasm files in a bundle (import statements and dynamic imports). */
+export function platformImports(bundle: string): string[] {
+  const found = bundle.match(/(?:\bfrom\s*|\bimport\s*\(?\s*|\brequire\s*\(\s*)["'](node:[^"']+|[^"']+\.wasm)["']/g);
+  return found ?? [];
+}
+
+export interface Workerd {
+  mf: Miniflare;
+  run(scenario: Scenario): Promise<Outcome>;
+  inline(code: string, interruptBudget?: number): Promise<unknown>;
+  dispose(): Promise<void>;
+}
+
+export const agentEntry = join(fixtures, "agent-worker.ts");
+export const sandboxEntry = join(fixtures, "sandbox-worker.ts");
+
+export async function startWorkerd(): Promise<Workerd> {
+  const [agent, sandbox] = await Promise.all([bundleWorker(agentEntry), bundleWorker(sandboxEntry)]);
+  // The module airlock-codemode/cloudflare imports, as a bundler finds it beside the package's files.
+  const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "quickjs-tracked.wasm"));
+  const mf = new Miniflare({
+    // Fetches nothing at start (the request.cf data).
+    cf: false,
+    workers: [
+      {
+        name: "agent",
+        compatibilityDate: COMPATIBILITY_DATE,
+        modulesRoot: ROOT,
+        modules: [{ type: "ESModule", path: `${ROOT}/agent.js`, contents: agent }],
+        durableObjects: {
+          SANDBOX: { className: "CodemodeSandbox", scriptName: "sandbox" },
+          RAISED: { className: "RaisedSandbox", scriptName: "sandbox" },
+          FAILING: { className: "FailingSandbox", scriptName: "sandbox" },
+        },
+      },
+      {
+        name: "sandbox",
+        compatibilityDate: COMPATIBILITY_DATE,
+        modulesRoot: ROOT,
+        modules: [
+          { type: "ESModule", path: `${ROOT}/cloudflare/sandbox.js`, contents: sandbox },
+          { type: "CompiledWasm", path: `${ROOT}/engine/quickjs-tracked.wasm`, contents: wasm },
+        ],
+        durableObjects: { SANDBOX: "CodemodeSandbox", RAISED: "RaisedSandbox", FAILING: "FailingSandbox" },
+      },
+    ],
+  });
+  await mf.ready;
+  return {
+    mf,
+    async run(scenario) {
+      const response = await mf.dispatchFetch("http://agent/", { method: "POST", body: JSON.stringify(scenario) });
+      const text = await response.text();
+      if (!response.ok) throw new Error(`the agent Worker answered ${response.status}: ${text.slice(0, 2000)}`);
+      return JSON.parse(text) as Outcome;
+    },
+    async inline(code, interruptBudget) {
+      const worker = await mf.getWorker("sandbox");
+      const response = await worker.fetch("http://sandbox/inline", {
+        method: "POST",
+        body: JSON.stringify({ code, interruptBudget }),
+      });
+      const text = await response.text();
+      if (!response.ok) throw new Error(`the sandbox Worker answered ${response.status}: ${text.slice(0, 2000)}`);
+      return JSON.parse(text);
+    },
+    dispose: () => mf.dispose(),
+  };
+}
