@@ -86,7 +86,10 @@ export async function startWorkerd(): Promise<Workerd> {
       return JSON.parse(text) as Outcome;
     },
     async inline(code, interruptBudget) {
-      const worker = await mf.getWorker("sandbox");
+      // miniflare's Fetcher type leaves out fetch(); it is there.
+      const worker = (await mf.getWorker("sandbox")) as unknown as {
+        fetch(url: string, init: { method: string; body: string }): Promise<Response>;
+      };
       const response = await worker.fetch("http://sandbox/inline", {
         method: "POST",
         body: JSON.stringify({ code, interruptBudget }),
