@@ -44,6 +44,8 @@ export interface RemoteVmSideOptions {
 interface Session {
   /** Messages for the host not sent yet. */
   outbox: VmMessage[];
+  /** Sends what the outbox holds soon (unset once the session ended). */
+  flush: (() => void) | undefined;
   /** The host's run ids by the VM side's, and back. */
   toHost: Map<number, number>;
   toLocal: Map<number, number>;
@@ -89,32 +91,68 @@ export class RemoteVmSide {
       session.toLocal.delete(hostExec);
     }
     session.outbox.push({ ...message, exec: hostExec });
+    session.flush?.();
   }
 
-  /** Serves one host until it closes the session; the runs it leaves open are stopped. */
+  /**
+   * Serves one host until it closes the session; the runs it leaves open are stopped. One exchange always waits at
+   * the host for its commands; messages that come meanwhile (a run that waited for a VM starts) go in another, and
+   * the host then answers the waiting one at once.
+   */
   async serve(exchange: RemoteExchange, limits: RemoteLimits): Promise<void> {
     await this.announced;
     const announcement = this.announcement as VmMessage;
-    const session: Session = { outbox: [], toHost: new Map(), toLocal: new Map() };
+    if (announcement.type !== "ready") {
+      await exchange([announcement]);
+      return;
+    }
+    const session: Session = { outbox: [], flush: undefined, toHost: new Map(), toLocal: new Map() };
     try {
-      if (announcement.type !== "ready") {
-        await exchange([announcement]);
-        return;
-      }
-      let outgoing: VmMessage[] = [
-        { type: "ready", protocol: PROTOCOL_NAME, version: PROTOCOL_VERSION, versions: announcement.versions },
-      ];
-      for (;;) {
-        const commands = await exchange(outgoing);
-        if (commands === null) return;
-        if (!Array.isArray(commands) || commands.length > MAX_COMMANDS_PER_EXCHANGE) {
-          throw new ProtocolError("the host answered an exchange with something other than a list of commands");
-        }
-        for (const raw of commands) this.receive(session, parseHostCommand(raw), limits);
-        // What the commands' turns produced is queued within this task; the next exchange carries it.
-        await new Promise<void>((resolve) => setTimeout(resolve, 0));
-        outgoing = session.outbox.splice(0);
-      }
+      await new Promise<void>((resolve, reject) => {
+        let inflight = 0;
+        let ended = false;
+        let scheduled = false;
+        const end = (error?: unknown) => {
+          if (ended) return;
+          ended = true;
+          session.flush = undefined;
+          if (error === undefined) resolve();
+          else reject(error);
+        };
+        const send = (messages: VmMessage[]) => {
+          inflight++;
+          exchange(messages).then((commands) => {
+            inflight--;
+            if (ended) return;
+            if (commands === null) {
+              end();
+              return;
+            }
+            try {
+              if (!Array.isArray(commands) || commands.length > MAX_COMMANDS_PER_EXCHANGE) {
+                throw new ProtocolError("the host answered an exchange with something other than a list of commands");
+              }
+              for (const raw of commands) this.receive(session, parseHostCommand(raw), limits);
+            } catch (error) {
+              end(error);
+              return;
+            }
+            flush();
+          }, end);
+        };
+        // What a batch of commands' turns produced is queued within this task: one exchange carries it.
+        const flush = () => {
+          if (ended || scheduled) return;
+          scheduled = true;
+          queueMicrotask(() => {
+            scheduled = false;
+            if (ended) return;
+            if (session.outbox.length > 0 || inflight === 0) send(session.outbox.splice(0));
+          });
+        };
+        session.flush = flush;
+        send([{ type: "ready", protocol: PROTOCOL_NAME, version: PROTOCOL_VERSION, versions: announcement.versions }]);
+      });
     } finally {
       for (const [local] of session.toHost) {
         this.byLocal.delete(local);

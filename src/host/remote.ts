@@ -46,10 +46,9 @@ export function openRemoteChannel(stub: RemoteSandboxStub): HostChannel {
   };
   const exchange: RemoteExchange = async (messages) => {
     if (closed) return null;
-    if (waiter !== undefined) {
-      end(brokenHandler, "the remote sandbox broke the protocol: it exchanged twice at once");
-      return null;
-    }
+    // A new exchange while one waits: the VM side has news. The waiting one answers now (with what there is), and
+    // this one waits in its place, so that one exchange at most waits at a time.
+    wake();
     if (!Array.isArray(messages) || messages.length > MAX_MESSAGES_PER_EXCHANGE) {
       end(brokenHandler, "the remote sandbox broke the protocol: an exchange did not carry a list of messages");
       return null;

@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
+import type { RemoteSandboxStub } from "airlock-codemode/portable";
 import { Miniflare } from "miniflare";
 import type { Outcome, Scenario } from "../fixtures/cloudflare/agent-worker.ts";
 
@@ -100,4 +101,56 @@ export async function startWorkerd(): Promise<Workerd> {
     },
     dispose: () => mf.dispose(),
   };
+}
+
+interface RelaySocket {
+  accept(): void;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  addEventListener(type: "message", listener: (event: { data: unknown }) => void): void;
+  addEventListener(type: "close", listener: (event: { code: number; reason: string }) => void): void;
+}
+
+/**
+ * A stub of the sandbox Worker's object `name` for a host in this process: the same `serve` RPC, made by the agent
+ * Worker's relay, with the host's end of `exchange` across a WebSocket (miniflare cannot pass a function from Node).
+ */
+export function relayStub(workerd: Promise<Workerd>, name: string, binding = "SANDBOX"): RemoteSandboxStub {
+  return {
+    async serve(exchange) {
+      const { mf } = await workerd;
+      const url = `http://agent/relay?binding=${binding}&name=${encodeURIComponent(name)}`;
+      const response = await mf.dispatchFetch(url, { headers: { Upgrade: "websocket" } });
+      const socket = (response as unknown as { webSocket: RelaySocket | null }).webSocket;
+      if (!socket) throw new Error(`the relay answered ${response.status} without a WebSocket`);
+      socket.accept();
+      return new Promise<void>((resolve, reject) => {
+        socket.addEventListener("message", (event) => {
+          exchange(JSON.parse(String(event.data))).then(
+            (commands) => socket.send(JSON.stringify(commands)),
+            () => socket.send("null"),
+          );
+        });
+        socket.addEventListener("close", (event) => {
+          if (event.code === 1000) resolve();
+          else reject(new Error(event.reason || `the relay closed with code ${event.code}`));
+        });
+      });
+    },
+  };
+}
+
+let shared: Promise<Workerd> | undefined;
+
+/** One workerd for a whole test file, started on first use (see disposeSharedWorkerd). */
+export function sharedWorkerd(): Promise<Workerd> {
+  shared ??= startWorkerd();
+  return shared;
+}
+
+/** Ends the file's workerd, if it started one: call it in the file's afterAll. */
+export async function disposeSharedWorkerd(): Promise<void> {
+  const started = shared;
+  shared = undefined;
+  if (started) await (await started).dispose();
 }
