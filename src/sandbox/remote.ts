@@ -7,6 +7,9 @@ import { RemoteLauncher, type RemoteSandboxStub } from "../host/remote.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { CodemodeSandboxBase, checkOptions } from "./base.ts";
 
+/** Time `warm()` gives a cold object to boot and run its first script. */
+export const REMOTE_WARM_TIMEOUT_MS = 30_000;
+
 export interface RemoteCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**
    * Picks the object that runs an execution; called once per execution. One object per session
@@ -36,6 +39,12 @@ export class RemoteCodemodeSandbox extends CodemodeSandboxBase {
     super({ interruptBudget: DEFAULT_INTERRUPT_BUDGET, ...rest }, new RemoteLauncher(remote));
   }
 
-  /** Nothing to warm here: the object keeps its VMs warm itself. */
-  async warm(): Promise<void> {}
+  /**
+   * Runs one trivial execution on the object `remote()` picks, so that it has booted its VMs before the first real
+   * one (the object keeps them warm itself from then on); rejects when it cannot.
+   */
+  async warm(): Promise<void> {
+    const result = await this.execute("return 1", { timeoutMs: REMOTE_WARM_TIMEOUT_MS });
+    if (!result.ok) throw new Error(`warm(): the remote sandbox did not run a trivial script: ${result.error.message}`);
+  }
 }

@@ -31,7 +31,8 @@ export const launchers: {
 }[] = [
   { name: "inline", make: (options = {}) => new InlineCodemodeSandbox(options) },
   { name: "worker", make: (options = {}) => new CodemodeSandbox({ poolSize: 1, ...options }) },
-  // The VM in a Durable Object of real workerd; the host, its tools and records here (through the agent's relay).
+  // The VM in a Durable Object of real workerd, a subclass that lets scripts ask for as much memory as the suites do;
+  // the host, its tools and records here (through the agent's relay).
   ...(onNode
     ? [
         {
@@ -41,7 +42,7 @@ export const launchers: {
             return new RemoteCodemodeSandbox({
               interruptBudget: WORKERD_INTERRUPT_BUDGET,
               ...options,
-              remote: () => relayStub(sharedWorkerd(), session),
+              remote: () => relayStub(sharedWorkerd(), session, "ROOMY"),
             });
           },
         },

@@ -5,8 +5,8 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
 import type { RemoteSandboxStub } from "airlock-codemode/portable";
+import { build } from "esbuild";
 import { Miniflare } from "miniflare";
 import type { Outcome, Scenario } from "../fixtures/cloudflare/agent-worker.ts";
 
@@ -63,6 +63,7 @@ export async function startWorkerd(): Promise<Workerd> {
           SANDBOX: { className: "CodemodeSandbox", scriptName: "sandbox" },
           RAISED: { className: "RaisedSandbox", scriptName: "sandbox" },
           FAILING: { className: "FailingSandbox", scriptName: "sandbox" },
+          ROOMY: { className: "RoomySandbox", scriptName: "sandbox" },
         },
       },
       {
@@ -73,7 +74,12 @@ export async function startWorkerd(): Promise<Workerd> {
           { type: "ESModule", path: `${ROOT}/cloudflare/sandbox.js`, contents: sandbox },
           { type: "CompiledWasm", path: `${ROOT}/engine/quickjs-tracked.wasm`, contents: wasm },
         ],
-        durableObjects: { SANDBOX: "CodemodeSandbox", RAISED: "RaisedSandbox", FAILING: "FailingSandbox" },
+        durableObjects: {
+          SANDBOX: "CodemodeSandbox",
+          RAISED: "RaisedSandbox",
+          FAILING: "FailingSandbox",
+          ROOMY: "RoomySandbox",
+        },
       },
     ],
   });
