@@ -192,3 +192,66 @@ describe("RemoteCodemodeSandbox through the Durable Object, from an agent Worker
     expect(spinning).toMatchObject({ ok: false, error: { kind: "timeout" } });
   });
 });
+
+describe("examples/cloudflare, as their wrangler configs wire them", () => {
+  const example = join(fileURLToPath(new URL("..", import.meta.url)), "examples", "cloudflare");
+  const config = (worker: string) =>
+    JSON.parse(readFileSync(join(example, worker, "wrangler.jsonc"), "utf8").replace(/^\s*\/\/.*$/gm, "")) as {
+      name: string;
+      main: string;
+      compatibility_date: string;
+      durable_objects?: { bindings: { name: string; class_name: string; script_name: string }[] };
+      migrations?: { new_sqlite_classes: string[] }[];
+    };
+
+  it("the agent's script runs its tool, with the VM in the sandbox Worker's object", async () => {
+    const agent = config("agent");
+    const sandbox = config("sandbox");
+    const [binding] = agent.durable_objects?.bindings ?? [];
+    expect(binding?.script_name).toBe(sandbox.name);
+    expect(sandbox.migrations?.[0]?.new_sqlite_classes).toEqual([binding?.class_name]);
+    const root = "/airlock-example";
+    const [agentCode, sandboxCode] = await Promise.all([
+      bundleWorker(join(example, "agent", agent.main)),
+      bundleWorker(join(example, "sandbox", sandbox.main)),
+    ]);
+    const { Miniflare } = await import("miniflare");
+    const mf = new Miniflare({
+      cf: false,
+      workers: [
+        {
+          name: agent.name,
+          compatibilityDate: agent.compatibility_date,
+          modulesRoot: root,
+          modules: [{ type: "ESModule", path: `${root}/agent.js`, contents: agentCode }],
+          durableObjects: {
+            [binding?.name as string]: { className: binding?.class_name as string, scriptName: sandbox.name },
+          },
+        },
+        {
+          name: sandbox.name,
+          compatibilityDate: sandbox.compatibility_date,
+          modulesRoot: root,
+          modules: [
+            { type: "ESModule", path: `${root}/cloudflare/sandbox.js`, contents: sandboxCode },
+            {
+              type: "CompiledWasm",
+              path: `${root}/engine/quickjs-tracked.wasm`,
+              contents: readFileSync(join(dist, "engine", "quickjs-tracked.wasm")),
+            },
+          ],
+          durableObjects: { [binding?.class_name as string]: binding?.class_name as string },
+        },
+      ],
+    });
+    try {
+      const response = await mf.dispatchFetch("http://localhost:8787/?session=s1", {
+        method: "POST",
+        body: 'const w = await tools.getWeather({ city: "Oslo" }); return w.celsius;',
+      });
+      expect(await response.json()).toMatchObject({ ok: true, value: 21, calls: [{ name: "getWeather" }] });
+    } finally {
+      await mf.dispose();
+    }
+  }, 120_000);
+});

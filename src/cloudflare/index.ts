@@ -13,14 +13,11 @@ import { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "../san
 
 /** Default memory limit of one VM in the object: all VMs of an isolate share its 128 MB. */
 export const DEFAULT_REMOTE_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024;
-/** VMs an isolate keeps for executions at once (more wait for one): three of the default limit fit in 128 MB. */
+/** VMs an object keeps for executions at once (more wait for one): three of the default limit fit in 128 MB. */
 export const DEFAULT_REMOTE_VMS = 3;
 
 /** The QuickJS module the bundler compiled. */
 export const quickjsModule: WebAssembly.Module = quickjs;
-
-/** The VM side of the isolate, shared by its objects; booted on first use and kept warm (see engine/remote.ts). */
-let vmSide: RemoteVmSide | undefined;
 
 /**
  * The sandbox Worker's Durable Object: stateless (it never touches its storage), it runs each execution a
@@ -32,11 +29,21 @@ export class CodemodeSandboxDurableObject<Env = unknown> extends DurableObject<E
   protected maxMemoryLimitBytes = DEFAULT_REMOTE_MEMORY_LIMIT_BYTES;
   /** The most interrupt polls one execution may compute through (keep it below the Worker's `cpu_ms`). */
   protected maxInterruptBudget = DEFAULT_INTERRUPT_BUDGET;
+  /**
+   * This object's VMs, booted on its first request and kept warm (see engine/remote.ts). Not shared with the other
+   * objects of the isolate: Workers refuse I/O on behalf of another object, and a VM freed by one object's run would
+   * start another's queued run in the wrong object's context.
+   */
+  private vmSide: RemoteVmSide | undefined;
 
   /** The RPC a `RemoteCodemodeSandbox` makes once per execution (see host/remote.ts). */
   serve(exchange: RemoteExchange): Promise<void> {
-    vmSide ??= new RemoteVmSide({ module: quickjs, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms: DEFAULT_REMOTE_VMS });
-    return vmSide.serve(exchange, {
+    this.vmSide ??= new RemoteVmSide({
+      module: quickjs,
+      maxStackSize: INLINE_MAX_STACK_SIZE,
+      maxVms: DEFAULT_REMOTE_VMS,
+    });
+    return this.vmSide.serve(exchange, {
       maxMemoryLimitBytes: this.maxMemoryLimitBytes,
       maxInterruptBudget: this.maxInterruptBudget,
     });
