@@ -6,8 +6,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { RemoteSandboxStub } from "airlock-codemode/portable";
-import { build } from "esbuild";
-import { Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import type { Outcome, Scenario } from "../fixtures/cloudflare/agent-worker.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -18,6 +17,8 @@ const COMPATIBILITY_DATE = "2026-04-22";
 
 /** A Worker's entry bundled for the Workers platform; its imports of wasm and of the runtime stay as they are. */
 export async function bundleWorker(entry: string): Promise<string> {
+  // Loaded on use: the shared suites import this file on Bun too, where the durable-object launcher is left out.
+  const { build } = await import("esbuild");
   const result = await build({
     entryPoints: [entry],
     bundle: true,
@@ -50,6 +51,7 @@ export async function startWorkerd(): Promise<Workerd> {
   const [agent, sandbox] = await Promise.all([bundleWorker(agentEntry), bundleWorker(sandboxEntry)]);
   // The module airlock-codemode/cloudflare imports, as a bundler finds it beside the package's files.
   const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "quickjs-tracked.wasm"));
+  const { Miniflare } = await import("miniflare");
   const mf = new Miniflare({
     // Fetches nothing at start (the request.cf data).
     cf: false,
