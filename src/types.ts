@@ -172,4 +172,11 @@ export interface CodemodeSandboxBaseOptions {
    * share, `DEFAULT_GUEST_MEMORY_SHARE` of the machine's memory.
    */
   maxTotalMemoryBytes?: number;
+  /**
+   * Interrupt polls a script may compute through (QuickJS polls about every 10,000 bytecode steps); past it the
+   * execution fails with `timeout`. Where clocks stand still while a script computes (Workers), this is the only limit
+   * of a script that never awaits. Default: none for the Node sandboxes, `DEFAULT_INTERRUPT_BUDGET` for the remote one
+   * and `createInlineCodemodeSandbox`.
+   */
+  interruptBudget?: number;
 }

@@ -417,6 +417,7 @@ describe("the QuickJS protocol adapter", () => {
       memoryLimitBytes: 16 * 1024 * 1024,
       deadline: Date.now() + 5_000,
       cpuLimitMs: 1_000,
+      interruptBudget: null,
       maxCalls: 10,
       deterministic: null,
       random: null,

@@ -220,13 +220,19 @@ describe.each(launchers)("$name deterministic runs", ({ make }) => {
       );
     }
     let callId = 0;
+    let called!: () => void;
+    const waiting = new Promise<void>((resolve) => {
+      called = resolve;
+    });
     const run = sandbox.start(clock, {
       ...options,
       onCall: (call) => {
         callId = call.id;
+        called();
       },
     });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Until the call is there (a remote VM's call takes its time on a busy machine).
+    await waiting;
     for (const now of [-1, MAX_CLOCK_MS + 1]) {
       expect(() => run.deliver(1, now, callId, { ok: true, value: 1 })).toThrow(`now must be a finite number of ms`);
     }

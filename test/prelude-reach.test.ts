@@ -111,6 +111,7 @@ function request(deterministic: boolean): LaunchRequest {
     memoryLimitBytes: 16 * 1024 * 1024,
     deadline: null,
     cpuLimitMs: null,
+    interruptBudget: null,
     maxCalls: 16,
     deterministic: deterministic ? { startedAt: 0, seed: 1 } : null,
     program: null,

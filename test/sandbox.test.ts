@@ -708,9 +708,9 @@ describe("constructor options", () => {
       "RangeError: timeoutMs must be a positive number of ms or Infinity, got NaN",
       "TypeError: sandbox options must be an object",
       'TypeError: CodemodeSandbox has no option "timeout" (it takes tools, globals, timeoutMs, memoryLimitBytes, ' +
-        "typescript, maxToolCalls, maxTotalMemoryBytes, wasm, workerUrl, poolSize, maxPoolSize, maxVmsPerWorker)",
+        "typescript, maxToolCalls, maxTotalMemoryBytes, interruptBudget, wasm, workerUrl, poolSize, maxPoolSize, maxVmsPerWorker)",
       'TypeError: InlineCodemodeSandbox has no option "poolSize" (it takes tools, globals, timeoutMs, memoryLimitBytes, ' +
-        "typescript, maxToolCalls, maxTotalMemoryBytes, wasm, maxVms)",
+        "typescript, maxToolCalls, maxTotalMemoryBytes, interruptBudget, wasm, maxVms)",
     ]);
   });
 });

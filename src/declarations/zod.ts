@@ -1,4 +1,4 @@
-import { createRequire } from "node:module";
+import { nodeRequire } from "../engine/platform.ts";
 
 /** The part of zod 4 that converts schemas; loaded on first use, so plain JSON Schema never loads zod. */
 interface ZodModule {
@@ -11,7 +11,8 @@ let zodModule: ZodModule | null | undefined;
 function loadZod(): ZodModule | null {
   if (zodModule === undefined) {
     try {
-      zodModule = createRequire(import.meta.url)("zod") as ZodModule;
+      const load = nodeRequire(import.meta.url);
+      zodModule = load ? (load("zod") as ZodModule) : null;
     } catch {
       zodModule = null;
     }

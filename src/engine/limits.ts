@@ -65,3 +65,11 @@ export function clipError(error: CodemodeError): CodemodeError {
   if (error.stack !== undefined) clipped.stack = clip(error.stack, MAX_ERROR_STACK_CHARS);
   return clipped;
 }
+
+/**
+ * Default interrupt budget where clocks stand still while a script computes (Workers): about 2 s of a tight loop on a
+ * laptop and about 10 s on Cloudflare.
+ */
+export const DEFAULT_INTERRUPT_BUDGET = 100_000;
+/** The largest interrupt budget a sandbox accepts. */
+export const MAX_INTERRUPT_BUDGET = 1_000_000_000;

@@ -5,12 +5,12 @@
  * it sends is checked like untrusted input (known type, exact fields, right types); the host's commands are checked
  * too, so that a VM side never acts on a message it misread.
  */
-import { createHash } from "node:crypto";
 import type { CodemodeError, CodemodeOutputItem } from "../types.ts";
+import { sha256Base64Url } from "./platform.ts";
 
 /** Name and version of the protocol; either side refuses a peer that announces another. */
 export const PROTOCOL_NAME = "airlock.quickjs";
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 export interface RunRequest {
   /** The host's id for this run on this VM side: a positive integer, increasing. */
@@ -26,6 +26,11 @@ export interface RunRequest {
   deadline: number | null;
   /** Time the guest may compute, tool waits excluded, or null for none. */
   cpuLimitMs: number | null;
+  /**
+   * Interrupt polls the guest may compute through, or null for none: the limit where clocks stand still while a
+   * script computes (Workers), so that neither the deadline nor the CPU limit can stop it.
+   */
+  interruptBudget: number | null;
   /** Tool and global calls the run may make; a call past it rejects in the script. */
   maxCalls: number;
   deterministic: { startedAt: number; seed: number } | null;
@@ -63,7 +68,7 @@ export interface RunConfiguration {
 
 export function runConfiguration(content: ConfigurationContent): RunConfiguration {
   const json = JSON.stringify(content);
-  return { key: createHash("sha256").update(json).digest("base64url"), json };
+  return { key: sha256Base64Url(json), json };
 }
 
 /** A call's outcome handed back to the VM. `value` is JSON text (undefined for `undefined`). */
@@ -346,6 +351,7 @@ const REQUEST_KEYS = [
   "memoryLimitBytes",
   "deadline",
   "cpuLimitMs",
+  "interruptBudget",
   "maxCalls",
   "deterministic",
   "random",
@@ -368,6 +374,9 @@ function checkRequest(r: Record<string, unknown>): void {
   if (!isInt(r.memoryLimitBytes) || r.memoryLimitBytes === 0) throw wrong("memoryLimitBytes");
   if (r.deadline !== null && !isFiniteNumber(r.deadline)) throw wrong("deadline");
   if (r.cpuLimitMs !== null && (!isFiniteNumber(r.cpuLimitMs) || r.cpuLimitMs < 0)) throw wrong("cpuLimitMs");
+  if (r.interruptBudget !== null && (!isInt(r.interruptBudget) || r.interruptBudget === 0)) {
+    throw wrong("interruptBudget");
+  }
   if (!isInt(r.maxCalls)) throw wrong("maxCalls");
   if (r.deterministic !== null) {
     const d = object(r.deterministic, "run.request.deterministic");

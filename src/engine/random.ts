@@ -1,5 +1,5 @@
 /** Seeds for the VM's `Math.random`: four 32-bit words of its PRNG state. */
-import { randomFillSync } from "node:crypto";
+import { fillRandom } from "./platform.ts";
 
 const randomPool = new Uint32Array(4096);
 let randomIndex = randomPool.length;
@@ -7,7 +7,7 @@ let randomIndex = randomPool.length;
 /** Four random words, from a pool refilled by the OS generator every 1,024 calls. */
 export function randomWords(): number[] {
   if (randomIndex + 4 > randomPool.length) {
-    randomFillSync(randomPool);
+    fillRandom(randomPool);
     randomIndex = 0;
   }
   const i = randomIndex;

@@ -35,7 +35,9 @@ export class VmRun {
   /** A limit the script broke: the run fails with it even if the script caught the error. */
   fatal: { error: CodemodeError; reason: Exclude<RunEndReason, "returned"> } | undefined;
   result: { ok: boolean; payload: string | undefined; writes: string | undefined } | undefined;
-  stopReason: StopReason | "cpu" | undefined;
+  stopReason: StopReason | "cpu" | "budget" | undefined;
+  /** Interrupt polls so far (see RunRequest.interruptBudget). */
+  private polls = 0;
   cpuMs = 0;
   enteredAt = 0;
   readonly startedPerf = performance.now();
@@ -213,6 +215,11 @@ export class VmRun {
       this.stopReason = flag;
       return true;
     }
+    const budget = this.request.interruptBudget;
+    if (budget !== null && ++this.polls > budget) {
+      this.stopReason = "budget";
+      return true;
+    }
     const deadline = this.request.deadline;
     // Whole milliseconds on both sides: at `>=`, a run begun late in one millisecond stopped up to 1 ms before its
     // time was up. Past it, it stops at most 1 ms after.
@@ -328,6 +335,13 @@ export class VmRun {
         "timeout",
         `The script computed for more than its CPU limit of ${this.request.cpuLimitMs} ms`,
         CPU_LIMIT_ERROR,
+      );
+    }
+    if (reason === "budget") {
+      return this.failure(
+        "cpu_limit",
+        "timeout",
+        `The script computed past its interrupt budget of ${this.request.interruptBudget} polls`,
       );
     }
     return reason === "timeout"

@@ -5,6 +5,7 @@
  * instance's exports directly (quickjs-wasi's C interface, pinned version): a value crosses as a malloc'd `JSValue*`
  * box, which `qjs_free_value` frees.
  */
+import { utf8Length } from "./platform.ts";
 
 /** The exports this module uses. */
 export interface ValueExports {
@@ -72,7 +73,7 @@ export class GuestValues {
     if (!(value as unknown as WellFormedCheck).isWellFormed()) return this.wtf8.write(value);
     const ex = this.ex;
     // UTF-8 takes at most 3 bytes per UTF-16 unit; long strings get their exact size instead of a 3x buffer.
-    const capacity = value.length < 4096 ? value.length * 3 : Buffer.byteLength(value, "utf8");
+    const capacity = value.length < 4096 ? value.length * 3 : utf8Length(value);
     const buffer = ex.wasm_malloc(capacity + 1);
     if (buffer === 0) throw new Error("the VM could not allocate a string");
     try {

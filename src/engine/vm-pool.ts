@@ -3,6 +3,7 @@
  * path), replaced when their memory grew, and images captured after `configure` for configurations seen again.
  */
 import { MANY_ZERO_PAGES } from "./image.ts";
+import { runSoon } from "./platform.ts";
 import type { ConfigurationContent, HostCommand, RunRequest } from "./protocol.ts";
 import { RepeatCache } from "./repeat-cache.ts";
 import { GuestVm, type VmImage, type VmOptions } from "./vm.ts";
@@ -237,7 +238,7 @@ export class VmPool {
       }
       const next = steps.next();
       if (!next.done) {
-        setImmediate(step);
+        runSoon(step);
         return;
       }
       this.recycling.delete(vm);
@@ -248,7 +249,7 @@ export class VmPool {
       vm.dispose();
       void this.addVm();
     };
-    setImmediate(step);
+    runSoon(step);
   }
 
   close(): void {

@@ -8,11 +8,11 @@
  * fresh ones. Of the list of what makes the reset sound (image.ts), items 4 and 5 are this file's: a fresh wrapper
  * per execution (bindWrapper) and `generation`.
  */
-import { createHash, randomFillSync } from "node:crypto";
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
 import { type ImageExports, InstanceMemory, type MemoryImage } from "./image.ts";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
+import { fillRandom, sha256Hex } from "./platform.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
 import { MARK_EXPORT } from "./write-tracking.ts";
@@ -82,7 +82,7 @@ const WASI_ERRNO_BADF = 8;
 const WASI_FILETYPE_CHARACTER_DEVICE = 2;
 
 /** UTF-8 length of HOST_FUNCTION, which names every call of it. */
-const HOST_FUNCTION_BYTES = Buffer.byteLength(HOST_FUNCTION);
+const HOST_FUNCTION_BYTES = new TextEncoder().encode(HOST_FUNCTION).length;
 
 export interface VmOptions {
   module: WebAssembly.Module;
@@ -163,7 +163,7 @@ export class GuestVm {
     w.evalCode(`void new ArrayBuffer(${IMAGE_HEAP_HEADROOM_BYTES})`).dispose();
     const image = vm.captureImage({
       entries,
-      preludeHash: createHash("sha256").update(PRELUDE_SOURCE).digest("hex"),
+      preludeHash: sha256Hex(PRELUDE_SOURCE),
       versions: { ...w.versions },
     });
     vm.entries = handles;
@@ -265,7 +265,7 @@ export class GuestVm {
         const memory = vm?.exports.memory;
         if (!memory) return 0;
         vm?.markWritten?.(bufferPtr, length);
-        randomFillSync(new Uint8Array(memory.buffer, bufferPtr, length));
+        fillRandom(new Uint8Array(memory.buffer, bufferPtr, length));
         return 0;
       },
     });

@@ -79,7 +79,7 @@ export class Reader {
     const length = this.u32();
     const start = this.pos;
     this.skip(length);
-    return Buffer.from(this.bytes.subarray(start, start + length)).toString("utf8");
+    return new TextDecoder().decode(this.bytes.subarray(start, start + length));
   }
 
   limits(): void {
@@ -492,7 +492,7 @@ export function withItem(section: Uint8Array, item: number[]): number[] {
 
 /** An export section's item: `name` exports the item of `kind` (0 function, 3 global) at `index`. */
 export function exportItem(name: string, kind: number, index: number): number[] {
-  return [...uleb(name.length), ...Buffer.from(name), kind, ...uleb(index)];
+  return [...uleb(name.length), ...new TextEncoder().encode(name), kind, ...uleb(index)];
 }
 
 /** The module with the bodies of some of its (non-custom) sections replaced, by section id. */
@@ -508,11 +508,20 @@ export function replaceSections(
       content && section.id !== 0 ? sectionBytes(section.id, content) : sectionBytes(section.id, section.body),
     );
   }
-  const out = Buffer.concat(parts);
-  return new Uint8Array(out.buffer.slice(out.byteOffset, out.byteOffset + out.byteLength)) as Uint8Array<ArrayBuffer>;
+  return concatBytes(parts);
 }
 
 function sectionBytes(id: number, content: number[] | Uint8Array): Uint8Array {
   const head = Uint8Array.from([id, ...uleb(content.length)]);
-  return Buffer.concat([head, content instanceof Uint8Array ? content : Uint8Array.from(content)]);
+  return concatBytes([head, content instanceof Uint8Array ? content : Uint8Array.from(content)]);
+}
+
+function concatBytes(parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
+  const out = new Uint8Array(parts.reduce((n, part) => n + part.byteLength, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.byteLength;
+  }
+  return out;
 }

@@ -11,7 +11,9 @@ const ZERO_PAGES_WASM_BASE64 =
   "IABBAEGAIPwLACAFQQFqIQULIAMhAAwACwsgBQs=";
 
 /** The assembled helper module, as bytes. */
-export const ZERO_PAGES_WASM: Uint8Array<ArrayBuffer> = new Uint8Array(Buffer.from(ZERO_PAGES_WASM_BASE64, "base64"));
+export const ZERO_PAGES_WASM: Uint8Array<ArrayBuffer> = Uint8Array.from(atob(ZERO_PAGES_WASM_BASE64), (c) =>
+  c.charCodeAt(0),
+);
 
 /** Zeroes every 4 KiB page of [from, to) that is not all zero and returns how many it wrote. */
 export type ZeroPages = (from: number, to: number) => number;
@@ -24,7 +26,12 @@ let compiled: WebAssembly.Module | null | undefined;
  */
 export function zeroPagesFor(memory: WebAssembly.Memory): ZeroPages | undefined {
   if (compiled === undefined) {
-    compiled = WebAssembly.validate(ZERO_PAGES_WASM) ? new WebAssembly.Module(ZERO_PAGES_WASM) : null;
+    try {
+      compiled = WebAssembly.validate(ZERO_PAGES_WASM) ? new WebAssembly.Module(ZERO_PAGES_WASM) : null;
+    } catch {
+      // A runtime that compiles no wasm at run time (Workers) fills the pages instead, with the same result.
+      compiled = null;
+    }
   }
   if (compiled === null) return undefined;
   const instance = new WebAssembly.Instance(compiled, { vm: { memory } });

@@ -4,10 +4,12 @@
  * executions together cannot take more of the host's memory than the budget. An execution that does not fit waits
  * for others to end, its deadline still counting.
  */
-import { totalmem } from "node:os";
+import { nodeBuiltin } from "../engine/platform.ts";
 
 /** The share of the machine's memory the default budget gives to guests. */
 export const DEFAULT_GUEST_MEMORY_SHARE = 0.75;
+/** The default budget where the machine's memory cannot be read (Workers): one isolate's 128 MB. */
+export const PORTABLE_GUEST_MEMORY_BYTES = 128 * 1024 * 1024;
 
 export class GuestMemoryBudget {
   private used = 0;
@@ -50,11 +52,16 @@ let shared: GuestMemoryBudget | undefined;
  * DEFAULT_GUEST_MEMORY_SHARE of the machine's memory.
  */
 export function hostMemoryBudget(): GuestMemoryBudget {
-  shared ??= new GuestMemoryBudget(Math.floor(totalmem() * DEFAULT_GUEST_MEMORY_SHARE));
+  shared ??= new GuestMemoryBudget(machineBudget());
   return shared;
 }
 
 /** A sandbox's budget: its own for `maxTotalMemoryBytes`, the shared one otherwise. */
 export function budgetFor(maxTotalMemoryBytes: number | undefined): GuestMemoryBudget {
   return maxTotalMemoryBytes === undefined ? hostMemoryBudget() : new GuestMemoryBudget(maxTotalMemoryBytes);
+}
+
+function machineBudget(): number {
+  const total = nodeBuiltin<{ totalmem(): number }>("os")?.totalmem();
+  return total === undefined ? PORTABLE_GUEST_MEMORY_BYTES : Math.floor(total * DEFAULT_GUEST_MEMORY_SHARE);
 }

@@ -6,6 +6,7 @@
  * protocol, fails, or does not stop a run in time. What happens to the runs of a VM side that is gone is the pool's
  * decision (pool.ts): the peer only reports them.
  */
+import { runSoon } from "../engine/platform.ts";
 import {
   type CallOutcome,
   type HostCommand,
@@ -238,7 +239,7 @@ export class HostPeer {
     const armedAt = performance.now();
     run.stopTimer = setTimeout(() => {
       // Timers run before the poll for I/O: what the VM side sent meanwhile (its `done`, a `busy`) is read first.
-      setImmediate(() => {
+      runSoon(() => {
         if (!this.runs.has(run.exec) || run.abandoned || this.dead) return;
         // The host's own event loop was held up (a long synchronous task): the VM side did not get its grace.
         const late = performance.now() - armedAt > 2 * graceMs;

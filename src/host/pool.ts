@@ -94,6 +94,7 @@ const WARM_SCRIPT: LaunchRequest = {
   memoryLimitBytes: 16 * 1024 * 1024,
   deadline: null,
   cpuLimitMs: null,
+  interruptBudget: null,
   maxCalls: 16,
   deterministic: null,
   program: null,

@@ -58,6 +58,7 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
       memoryLimitBytes: options.memoryLimitBytes,
       deadline: Date.now() + options.wallTimeMs,
       cpuLimitMs: options.cpuLimitMs,
+      interruptBudget: null,
       maxCalls: PROGRAM_MAX_CALLS,
       deterministic: null,
       program: { input: options.inputJson },

@@ -12,7 +12,7 @@
  * one is refused with `LIMIT_EXCEEDED`; one that is not JSON with `INVALID_JSON`. Messages name the rule, never the
  * value.
  */
-import { createHash } from "node:crypto";
+import { utf8Length as platformUtf8Length, sha256Hex } from "../engine/platform.ts";
 
 /** Arrays and objects nested inside each other: a top-level object is level 1. */
 export const MAX_JSON_DEPTH = 32;
@@ -116,7 +116,7 @@ function count(walk: Walk, bytes: number): void {
 
 /** UTF-8 bytes of a string of JSON text that holds no lone surrogates (as `JSON.stringify` output never does). */
 function utf8Length(text: string): number {
-  return Buffer.byteLength(text, "utf8");
+  return platformUtf8Length(text);
 }
 
 function notJson(rule: JsonRule, message: string): JsonBoundsError {
@@ -291,7 +291,7 @@ export function canonicalJson(value: unknown, limits: JsonLimits = { maxBytes: M
 
 /** `sha256:` and the hex SHA-256 of a text's UTF-8 bytes. */
 export function sha256(text: string): string {
-  return `sha256:${createHash("sha256").update(text, "utf8").digest("hex")}`;
+  return `sha256:${sha256Hex(text)}`;
 }
 
 /** The SHA-256 digest of a value's canonical JSON text: equal values have equal digests whatever their key order. */

@@ -6,6 +6,7 @@ import {
   DEFAULT_MAX_TOOL_CALLS,
   DEFAULT_TIMEOUT_MS,
   MAX_CLOCK_MS,
+  MAX_INTERRUPT_BUDGET,
   MAX_TOOL_CALLS,
   MAX_VALUE_CHARS,
 } from "../engine/limits.ts";
@@ -104,6 +105,7 @@ export abstract class CodemodeSandboxBase {
   private readonly timeoutMs: number;
   private readonly memoryLimitBytes: number;
   private readonly maxToolCalls: number;
+  private readonly interruptBudget: number | null;
   private readonly typescript: boolean;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -117,6 +119,7 @@ export abstract class CodemodeSandboxBase {
       this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
       this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
       this.maxToolCalls = checkMaxToolCalls(options.maxToolCalls) ?? DEFAULT_MAX_TOOL_CALLS;
+      this.interruptBudget = checkInterruptBudget(options.interruptBudget) ?? null;
       if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
         throw new TypeError("typescript must be a boolean");
       }
@@ -390,6 +393,7 @@ export abstract class CodemodeSandboxBase {
           memoryLimitBytes: this.memoryLimitBytes,
           deadline: null,
           cpuLimitMs: null,
+          interruptBudget: null,
           maxCalls: 16,
           deterministic: null,
           program: null,
@@ -445,6 +449,7 @@ export abstract class CodemodeSandboxBase {
       memoryLimitBytes: this.memoryLimitBytes,
       deadline: Number.isFinite(timeoutMs) ? Date.now() + timeoutMs : null,
       cpuLimitMs: null,
+      interruptBudget: this.interruptBudget,
       maxCalls: this.maxToolCalls,
       deterministic,
       program: null,
@@ -512,6 +517,7 @@ const BASE_OPTION_KEYS = optionKeys<CodemodeSandboxBaseOptions>({
   typescript: true,
   maxToolCalls: true,
   maxTotalMemoryBytes: true,
+  interruptBudget: true,
 });
 const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({
   signal: true,
@@ -565,6 +571,17 @@ function checkTimeout(value: unknown, name: string): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "number" || Number.isNaN(value) || value <= 0) {
     throw new RangeError(`${name} must be a positive number of ms or Infinity, got ${shown(value)}`);
+  }
+  return value;
+}
+
+/** `interruptBudget`: a positive integer number of polls, at most MAX_INTERRUPT_BUDGET. */
+export function checkInterruptBudget(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > MAX_INTERRUPT_BUDGET) {
+    throw new RangeError(
+      `interruptBudget must be an integer between 1 and ${MAX_INTERRUPT_BUDGET}, got ${shown(value)}`,
+    );
   }
   return value;
 }

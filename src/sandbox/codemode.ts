@@ -1,16 +1,22 @@
-/** The two sandboxes of the core: a warm worker-thread pool (the default), and the calling thread. */
-import { INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+/** The sandbox of the core on Node and Bun: a warm worker-thread pool (the default); the calling thread is inline.ts. */
 import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
-import { InlineLauncher } from "../host/inline.ts";
-import type { Launcher } from "../host/launcher.ts";
 import type { PoolStats } from "../host/pool.ts";
 import { defaultMaxPoolSize, WorkerPool } from "../host/worker-pool.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { budgetOption, CodemodeSandboxBase, checkCount, checkOptions } from "./base.ts";
+import {
+  DEFAULT_VMS_PER_THREAD,
+  InlineCodemodeSandbox,
+  type InlineCodemodeSandboxOptions,
+  useDefaultQuickJSWasm,
+  withModule,
+} from "./inline.ts";
 
-/** VMs one thread keeps for executions that wait on tools at the same time. */
-export const DEFAULT_VMS_PER_THREAD = 64;
+// On Node and Bun the sandboxes default to the installed QuickJS binary, read from disk.
+useDefaultQuickJSWasm(() => loadQuickJSWasm());
+
+export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions };
 
 export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**
@@ -32,13 +38,6 @@ export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   maxVmsPerWorker?: number;
 }
 
-export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
-  /** As CodemodeSandboxOptions.wasm. */
-  wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
-  /** VMs kept on this thread for concurrent executions; default `DEFAULT_VMS_PER_THREAD`. */
-  maxVms?: number;
-}
-
 /**
  * Runs each execution on a warm pool of worker threads, on a VM in its exact post-prelude state. A script that
  * computes occupies one worker, never the caller's thread, and a worker that does not stop is terminated.
@@ -58,7 +57,7 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
     }
     const make = (module: WebAssembly.Module) =>
       new WorkerPool({ module, size, maxSize, maxVmsPerWorker, workerUrl, budget });
-    const pool = withModule(options.wasm, make);
+    const pool = withModule(options.wasm, make, "CodemodeSandbox");
     super(options, pool);
     this.pool = pool;
   }
@@ -83,31 +82,6 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
   }
 }
 
-/**
- * Runs executions on the calling thread. A script that computes blocks the caller until it awaits a tool or its
- * deadline interrupts it; a single long built-in call (a huge regular expression) cannot be pre-empted here.
- */
-export class InlineCodemodeSandbox extends CodemodeSandboxBase {
-  private readonly inline: InlineLauncher | DeferredLauncher<InlineLauncher>;
-
-  constructor(options: InlineCodemodeSandboxOptions = {}) {
-    checkOptions(options, "InlineCodemodeSandbox", ["wasm", "maxVms"]);
-    const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
-    const budget = budgetOption(options);
-    const make = (module: WebAssembly.Module) =>
-      new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms, budget });
-    const inline = withModule(options.wasm, make);
-    super(options, inline);
-    this.inline = inline;
-  }
-
-  async warm(): Promise<void> {
-    await this.inline.warm();
-    if (this.inline instanceof DeferredLauncher) await this.inline.inner?.warm();
-    await this.warmHost();
-  }
-}
-
 /** `maxPoolSize`, checked against `poolSize`; undefined: the default for the pool's size. */
 export function checkMaxPoolSize(value: unknown, size: number | undefined): number | undefined {
   const max = checkCount(value, "maxPoolSize");
@@ -116,17 +90,4 @@ export function checkMaxPoolSize(value: unknown, size: number | undefined): numb
   }
   if (max === undefined && size !== undefined) return defaultMaxPoolSize(size);
   return max;
-}
-
-/** The launcher at once for a module (or the default one), or once a promised module has compiled. */
-function withModule<L extends Launcher>(
-  wasm: WebAssembly.Module | Promise<WebAssembly.Module> | undefined,
-  make: (module: WebAssembly.Module) => L,
-): L | DeferredLauncher<L> {
-  if (wasm === undefined) return make(loadQuickJSWasm());
-  if (wasm instanceof WebAssembly.Module) return make(wasm);
-  if (typeof (wasm as Promise<unknown>)?.then !== "function") {
-    throw new TypeError("wasm must be a WebAssembly.Module or a promise of one, for example loadQuickJSWasm()");
-  }
-  return new DeferredLauncher(Promise.resolve(wasm).then(make));
 }

@@ -3,10 +3,10 @@
  * running it, so that a host can hand the model the diagnostics. `typescript` is an optional peer dependency,
  * loaded on first use.
  */
-import { createRequire } from "node:module";
 import type * as TS from "typescript";
 import { renderDeclarations } from "../declarations/index.ts";
 import type { ToolLike } from "../declarations/types.ts";
+import { nodeRequire } from "../engine/platform.ts";
 
 /** Declarations of what every script sees besides its tools and globals. */
 export const SCRIPT_ENVIRONMENT_DECLARATIONS = `type ImageBlock = { type: "image"; data: string; mimeType: string };
@@ -61,7 +61,9 @@ const libFiles = new Map<string, TS.SourceFile | undefined>();
 function loadCompiler(): typeof TS {
   if (compiler) return compiler;
   try {
-    compiler = createRequire(import.meta.url)("typescript") as typeof TS;
+    const load = nodeRequire(import.meta.url);
+    if (!load) throw new Error("no require here");
+    compiler = load("typescript") as typeof TS;
   } catch {
     throw new Error("typecheckScript needs the typescript package: npm install typescript");
   }

@@ -1,5 +1,5 @@
-import { createRequire } from "node:module";
 import type { transformSync } from "amaro";
+import { nodeRequire } from "../engine/platform.ts";
 import { type AmaroError, isAmaroError, toCodemodeSourceError } from "./typescript-errors.ts";
 
 type Amaro = { transformSync: typeof transformSync };
@@ -16,7 +16,11 @@ let amaro: Amaro | undefined;
 
 /** amaro compiles its WebAssembly when loaded (about 150 ms), so it is loaded on the first call, not on import. */
 function loadAmaro(): Amaro {
-  amaro ??= createRequire(import.meta.url)("amaro") as Amaro;
+  if (amaro) return amaro;
+  const load = nodeRequire(import.meta.url);
+  if (!load)
+    throw new Error("TypeScript input needs Node or Bun here: amaro, which erases the types, cannot be loaded");
+  amaro = load("amaro") as Amaro;
   return amaro;
 }
 

@@ -6,11 +6,23 @@ import {
   type PoolStats,
   ProcessCodemodeSandbox,
 } from "airlock-codemode";
+import { RemoteCodemodeSandbox } from "airlock-codemode/portable";
+import { afterAll } from "vitest";
 import { warmFirst } from "../fixtures/process/warm-first.ts";
 import { hasSystemTool } from "./system-tools.ts";
+import { disposeSharedWorkerd, relayStub, sharedWorkerd } from "./workerd.ts";
 
 /** The process tier runs on Node only: under Bun its launchers are left out of the shared suites. */
 const onNode = process.versions.bun === undefined;
+
+/**
+ * Interrupt polls of a script in the Durable Object: workerd runs every Worker of a test on one thread, so a script
+ * that never yields holds up the others until its budget ends (about 0.7 s here, against the default's 7 s).
+ */
+const WORKERD_INTERRUPT_BUDGET = 10_000;
+
+// The file's workerd, where the durable-object launcher started one.
+afterAll(disposeSharedWorkerd);
 
 /** Every launcher that claims the shared behaviour; each test of the shared suite runs against all of them. */
 export const launchers: {
@@ -19,6 +31,23 @@ export const launchers: {
 }[] = [
   { name: "inline", make: (options = {}) => new InlineCodemodeSandbox(options) },
   { name: "worker", make: (options = {}) => new CodemodeSandbox({ poolSize: 1, ...options }) },
+  // The VM in a Durable Object of real workerd, a subclass that lets scripts ask for as much memory as the suites do;
+  // the host, its tools and records here (through the agent's relay).
+  ...(onNode
+    ? [
+        {
+          name: "durable-object",
+          make: (options: CodemodeSandboxBaseOptions = {}) => {
+            const session = crypto.randomUUID();
+            return new RemoteCodemodeSandbox({
+              interruptBudget: WORKERD_INTERRUPT_BUDGET,
+              ...options,
+              remote: () => relayStub(sharedWorkerd(), session, "ROOMY"),
+            });
+          },
+        },
+      ]
+    : []),
   ...(onNode && hasSystemTool("bwrap")
     ? [
         {

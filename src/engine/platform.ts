@@ -1,0 +1,157 @@
+/**
+ * What the engine and the host take from the platform, without a `node:*` import: the VM side also runs in Cloudflare
+ * Workers and other runtimes with Web APIs only (Web Crypto, TextEncoder, timers). Where Node offers a faster way it
+ * is used when present, with the same result.
+ */
+type NodeProcess = { getBuiltinModule?: (id: string) => unknown };
+const nodeProcess = (globalThis as { process?: NodeProcess }).process;
+
+/**
+ * One of Node's built-in modules where the runtime has them (Node, Bun), without a static `node:` import, which the
+ * portable entry may not contain; undefined elsewhere (Workers without Node compatibility).
+ */
+export function nodeBuiltin<T>(id: "module" | "os" | "crypto"): T | undefined {
+  return nodeProcess?.getBuiltinModule?.(id) as T | undefined;
+}
+
+const encoder = new TextEncoder();
+
+type Hash = { update(data: Uint8Array): Hash; digest(): Uint8Array };
+const nodeCrypto = nodeBuiltin<{ createHash(algorithm: "sha256"): Hash }>("crypto");
+
+/** SHA-256 of a string's UTF-8 bytes (or of bytes), as raw bytes: Node's where there is one, else `sha256Portable`. */
+export function sha256Bytes(input: string | Uint8Array): Uint8Array {
+  const bytes = typeof input === "string" ? encoder.encode(input) : input;
+  return nodeCrypto ? nodeCrypto.createHash("sha256").update(bytes).digest() : sha256Portable(bytes);
+}
+
+export function sha256Hex(input: string | Uint8Array): string {
+  let hex = "";
+  for (const byte of sha256Bytes(input)) hex += byte.toString(16).padStart(2, "0");
+  return hex;
+}
+
+export function sha256Base64Url(input: string | Uint8Array): string {
+  let binary = "";
+  for (const byte of sha256Bytes(input)) binary += String.fromCharCode(byte);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/** SHA-256's round constants (FIPS 180-4, 4.2.2). */
+const K = Uint32Array.from([
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+  0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+  0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+  0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+  0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+  0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+  0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+  0xc67178f2,
+]);
+
+/**
+ * SHA-256 in plain JavaScript (FIPS 180-4), for runtimes without Node's crypto (Workers): Web Crypto's digest is
+ * asynchronous, and the configuration digests are taken synchronously. Checked against Node's in the tests.
+ */
+export function sha256Portable(data: Uint8Array): Uint8Array {
+  const length = data.byteLength;
+  const padded = new Uint8Array((((length + 8) >> 6) + 1) << 6);
+  padded.set(data);
+  padded[length] = 0x80;
+  const view = new DataView(padded.buffer);
+  view.setUint32(padded.byteLength - 8, Math.floor(length / 0x20000000));
+  view.setUint32(padded.byteLength - 4, (length << 3) >>> 0);
+  const h = Uint32Array.from([
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+  ]);
+  const w = new Uint32Array(64);
+  const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
+  for (let block = 0; block < padded.byteLength; block += 64) {
+    for (let i = 0; i < 16; i++) w[i] = view.getUint32(block + i * 4);
+    for (let i = 16; i < 64; i++) {
+      const a = w[i - 15] as number;
+      const b = w[i - 2] as number;
+      const s0 = rotr(a, 7) ^ rotr(a, 18) ^ (a >>> 3);
+      const s1 = rotr(b, 17) ^ rotr(b, 19) ^ (b >>> 10);
+      w[i] = ((w[i - 16] as number) + s0 + (w[i - 7] as number) + s1) >>> 0;
+    }
+    let [a, b, c, d, e, f, g, hh] = h as unknown as number[];
+    for (let i = 0; i < 64; i++) {
+      const s1 = rotr(e as number, 6) ^ rotr(e as number, 11) ^ rotr(e as number, 25);
+      const ch = ((e as number) & (f as number)) ^ (~(e as number) & (g as number));
+      const t1 = ((hh as number) + s1 + ch + (K[i] as number) + (w[i] as number)) >>> 0;
+      const s0 = rotr(a as number, 2) ^ rotr(a as number, 13) ^ rotr(a as number, 22);
+      const maj = ((a as number) & (b as number)) ^ ((a as number) & (c as number)) ^ ((b as number) & (c as number));
+      const t2 = (s0 + maj) >>> 0;
+      hh = g;
+      g = f;
+      f = e;
+      e = ((d as number) + t1) >>> 0;
+      d = c;
+      c = b;
+      b = a;
+      a = (t1 + t2) >>> 0;
+    }
+    const out = [a, b, c, d, e, f, g, hh] as number[];
+    for (let i = 0; i < 8; i++) h[i] = ((h[i] as number) + (out[i] as number)) >>> 0;
+  }
+  const digest = new Uint8Array(32);
+  const dv = new DataView(digest.buffer);
+  for (let i = 0; i < 8; i++) dv.setUint32(i * 4, h[i] as number);
+  return digest;
+}
+
+/** Web Crypto fills at most this many bytes per call. */
+const RANDOM_CHUNK_BYTES = 65_536;
+
+/** Fills `bytes` from the platform's cryptographic generator. */
+export function fillRandom(bytes: Uint8Array | Uint32Array): void {
+  const view = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  for (let at = 0; at < view.byteLength; at += RANDOM_CHUNK_BYTES) {
+    crypto.getRandomValues(view.subarray(at, Math.min(view.byteLength, at + RANDOM_CHUNK_BYTES)));
+  }
+}
+
+interface NodeBuffer {
+  byteLength(value: string, encoding: "utf8"): number;
+}
+const nodeBuffer = (globalThis as { Buffer?: NodeBuffer }).Buffer;
+
+/** The UTF-8 length of a string (lone surrogates count as the 3 bytes of U+FFFD, as an encoder writes them). */
+export const utf8Length: (value: string) => number = nodeBuffer
+  ? (value) => nodeBuffer.byteLength(value, "utf8")
+  : (value) => {
+      let bytes = 0;
+      for (let i = 0; i < value.length; i++) {
+        const code = value.charCodeAt(i);
+        if (code < 0x80) bytes += 1;
+        else if (code < 0x800) bytes += 2;
+        else if (code >= 0xd800 && code <= 0xdbff && i + 1 < value.length) {
+          const next = value.charCodeAt(i + 1);
+          if (next >= 0xdc00 && next <= 0xdfff) {
+            bytes += 4;
+            i++;
+          } else bytes += 3;
+        } else bytes += 3;
+      }
+      return bytes;
+    };
+
+const nodeSetImmediate = (globalThis as { setImmediate?: (callback: () => void) => unknown }).setImmediate;
+
+/**
+ * Runs `callback` after the I/O and messages that are already waiting (Node's `setImmediate`; a zero timer where
+ * there is none, as in Workers).
+ */
+export const runSoon: (callback: () => void) => void = nodeSetImmediate
+  ? (callback) => {
+      nodeSetImmediate(callback);
+    }
+  : (callback) => {
+      setTimeout(callback, 0);
+    };
+
+/** `require` for packages loaded on first use (amaro, zod), from `from` (an `import.meta.url`); undefined off Node. */
+export function nodeRequire(from: string): ((id: string) => unknown) | undefined {
+  return nodeBuiltin<{ createRequire(from: string): (id: string) => unknown }>("module")?.createRequire(from);
+}

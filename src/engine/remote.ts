@@ -1,0 +1,195 @@
+/**
+ * The VM side of remote sandboxes (a Durable Object, or any isolate reached by RPC): the one serve loop (serve.ts),
+ * kept warm across requests, with each request a session of its own. A session is one host peer's channel: the host
+ * calls `serve` once per execution and hands it an `exchange` function, which the session calls with the messages it
+ * has for that host and which answers with the host's next commands (it waits for some, or a while). Stops and
+ * answers so reach a computing VM at its next exchange; a VM that never yields is ended by its interrupt budget.
+ *
+ * Every run's limits are capped by the VM side's own (its memory limit and interrupt budget), whatever the host asks
+ * for. Sessions are strangers: each sees its own run ids, and nothing of one reaches another.
+ */
+import {
+  type HostCommand,
+  PROTOCOL_NAME,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  parseHostCommand,
+  type VmMessage,
+} from "./protocol.ts";
+import { serveVm, type VmServer } from "./serve.ts";
+
+/**
+ * The host's side of a session: takes the session's messages (in order) and resolves to its next commands, or to
+ * null when the host has closed the session. Over Workers RPC it is a function of the caller's, called back.
+ */
+export type RemoteExchange = (messages: VmMessage[]) => Promise<unknown[] | null>;
+
+/** Commands one exchange may answer with; more is a broken host. */
+export const MAX_COMMANDS_PER_EXCHANGE = 100_000;
+
+export interface RemoteLimits {
+  /** The most memory one run's VM may use. */
+  maxMemoryLimitBytes: number;
+  /** The most interrupt polls one run may compute through; also the budget of a run that asks for none. */
+  maxInterruptBudget: number;
+}
+
+export interface RemoteVmSideOptions {
+  module: WebAssembly.Module;
+  maxStackSize: number;
+  /** VMs kept for runs at once (runs beyond wait for one). */
+  maxVms: number;
+}
+
+interface Session {
+  /** Messages for the host not sent yet. */
+  outbox: VmMessage[];
+  /** Sends what the outbox holds soon (unset once the session ended). */
+  flush: (() => void) | undefined;
+  /** The host's run ids by the VM side's, and back. */
+  toHost: Map<number, number>;
+  toLocal: Map<number, number>;
+}
+
+export class RemoteVmSide {
+  private readonly server: VmServer;
+  /** What the serve loop announced (`ready` or `failed`), replayed to every session as its handshake. */
+  private announcement: VmMessage | undefined;
+  private readonly announced: Promise<void>;
+  /** Sessions by the VM side's run ids. */
+  private readonly byLocal = new Map<number, Session>();
+  private lastLocal = 0;
+
+  constructor(options: RemoteVmSideOptions) {
+    let markAnnounced!: () => void;
+    this.announced = new Promise((resolve) => {
+      markAnnounced = resolve;
+    });
+    this.server = serveVm(
+      {
+        send: (messages) => {
+          for (const message of messages) this.route(message, markAnnounced);
+        },
+      },
+      { module: options.module, maxStackSize: options.maxStackSize, maxVms: options.maxVms },
+    );
+  }
+
+  private route(message: VmMessage, markAnnounced: () => void): void {
+    if (message.type === "ready" || message.type === "failed") {
+      this.announcement = message;
+      markAnnounced();
+      return;
+    }
+    if (!("exec" in message) || message.exec === null) return;
+    const session = this.byLocal.get(message.exec);
+    if (!session) return;
+    const hostExec = session.toHost.get(message.exec) as number;
+    if (message.type === "done") {
+      this.byLocal.delete(message.exec);
+      session.toHost.delete(message.exec);
+      session.toLocal.delete(hostExec);
+    }
+    session.outbox.push({ ...message, exec: hostExec });
+    session.flush?.();
+  }
+
+  /**
+   * Serves one host until it closes the session; the runs it leaves open are stopped. One exchange always waits at
+   * the host for its commands; messages that come meanwhile (a run that waited for a VM starts) go in another, and
+   * the host then answers the waiting one at once.
+   */
+  async serve(exchange: RemoteExchange, limits: RemoteLimits): Promise<void> {
+    await this.announced;
+    const announcement = this.announcement as VmMessage;
+    if (announcement.type !== "ready") {
+      await exchange([announcement]);
+      return;
+    }
+    const session: Session = { outbox: [], flush: undefined, toHost: new Map(), toLocal: new Map() };
+    try {
+      await new Promise<void>((resolve, reject) => {
+        let inflight = 0;
+        let ended = false;
+        let scheduled = false;
+        const end = (error?: unknown) => {
+          if (ended) return;
+          ended = true;
+          session.flush = undefined;
+          if (error === undefined) resolve();
+          else reject(error);
+        };
+        const send = (messages: VmMessage[]) => {
+          inflight++;
+          exchange(messages).then((commands) => {
+            inflight--;
+            if (ended) return;
+            if (commands === null) {
+              end();
+              return;
+            }
+            try {
+              if (!Array.isArray(commands) || commands.length > MAX_COMMANDS_PER_EXCHANGE) {
+                throw new ProtocolError("the host answered an exchange with something other than a list of commands");
+              }
+              for (const raw of commands) this.receive(session, parseHostCommand(raw), limits);
+            } catch (error) {
+              end(error);
+              return;
+            }
+            flush();
+          }, end);
+        };
+        // What a batch of commands' turns produced is queued within this task: one exchange carries it.
+        const flush = () => {
+          if (ended || scheduled) return;
+          scheduled = true;
+          queueMicrotask(() => {
+            scheduled = false;
+            if (ended) return;
+            if (session.outbox.length > 0 || inflight === 0) send(session.outbox.splice(0));
+          });
+        };
+        session.flush = flush;
+        send([{ type: "ready", protocol: PROTOCOL_NAME, version: PROTOCOL_VERSION, versions: announcement.versions }]);
+      });
+    } finally {
+      for (const [local] of session.toHost) {
+        this.byLocal.delete(local);
+        this.server.receive({ type: "stop", exec: local, reason: "aborted" });
+      }
+    }
+  }
+
+  private receive(session: Session, command: HostCommand, limits: RemoteLimits): void {
+    if (command.type === "run") {
+      const hostExec = command.request.exec;
+      if (session.toLocal.has(hostExec)) throw new ProtocolError("the host sent a run id twice");
+      const local = ++this.lastLocal;
+      session.toLocal.set(hostExec, local);
+      session.toHost.set(local, hostExec);
+      this.byLocal.set(local, session);
+      const request = command.request;
+      const asked = request.interruptBudget;
+      this.server.receive({
+        type: "run",
+        request: {
+          ...request,
+          exec: local,
+          slot: 0,
+          memoryLimitBytes: Math.min(request.memoryLimitBytes, limits.maxMemoryLimitBytes),
+          interruptBudget: asked === null ? limits.maxInterruptBudget : Math.min(asked, limits.maxInterruptBudget),
+        },
+      });
+      return;
+    }
+    const local = session.toLocal.get(command.exec);
+    // A command for a run that ended (a stop racing its done) is dropped, as a VM side drops one for a gone run.
+    if (local === undefined) return;
+    this.server.receive({ ...command, exec: local });
+  }
+
+  close(): void {
+    this.server.close();
+  }
+}

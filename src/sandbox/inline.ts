@@ -1,0 +1,78 @@
+/**
+ * The sandbox on the calling thread, for any runtime with WebAssembly (the portable entry): it needs no worker, no
+ * file and no `node:` module, only a compiled QuickJS module.
+ */
+import { INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+import { DeferredLauncher } from "../host/deferred.ts";
+import { InlineLauncher } from "../host/inline.ts";
+import type { Launcher } from "../host/launcher.ts";
+import type { CodemodeSandboxBaseOptions } from "../types.ts";
+import { budgetOption, CodemodeSandboxBase, checkCount, checkOptions } from "./base.ts";
+
+/** VMs one thread keeps for executions that wait on tools at the same time. */
+export const DEFAULT_VMS_PER_THREAD = 64;
+
+export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
+  /**
+   * Compiled QuickJS module (or a promise of it). On Node and Bun the default is the installed binary, from
+   * `loadQuickJSWasm()`; elsewhere (Workers) it is required: `createInlineCodemodeSandbox` passes the one Wrangler
+   * compiled.
+   */
+  wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
+  /** VMs kept on this thread for concurrent executions; default `DEFAULT_VMS_PER_THREAD`. */
+  maxVms?: number;
+}
+
+/** The default module where the platform can read it from disk (set by the Node entry, sandbox/codemode.ts). */
+let defaultModule: (() => WebAssembly.Module) | undefined;
+
+export function useDefaultQuickJSWasm(load: () => WebAssembly.Module): void {
+  defaultModule = load;
+}
+
+/**
+ * Runs executions on the calling thread. A script that computes blocks the caller until it awaits a tool or its
+ * deadline (or interrupt budget) interrupts it; a single long built-in call (a huge regular expression) cannot be
+ * pre-empted here.
+ */
+export class InlineCodemodeSandbox extends CodemodeSandboxBase {
+  private readonly inline: InlineLauncher | DeferredLauncher<InlineLauncher>;
+
+  constructor(options: InlineCodemodeSandboxOptions = {}) {
+    checkOptions(options, "InlineCodemodeSandbox", ["wasm", "maxVms"]);
+    const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
+    const budget = budgetOption(options);
+    const make = (module: WebAssembly.Module) =>
+      new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms, budget });
+    const inline = withModule(options.wasm, make, "InlineCodemodeSandbox");
+    super(options, inline);
+    this.inline = inline;
+  }
+
+  async warm(): Promise<void> {
+    await this.inline.warm();
+    if (this.inline instanceof DeferredLauncher) await this.inline.inner?.warm();
+    await this.warmHost();
+  }
+}
+
+/** The launcher at once for a module (or the default one), or once a promised module has compiled. */
+export function withModule<L extends Launcher>(
+  wasm: WebAssembly.Module | Promise<WebAssembly.Module> | undefined,
+  make: (module: WebAssembly.Module) => L,
+  sandbox: string,
+): L | DeferredLauncher<L> {
+  if (wasm === undefined) {
+    if (!defaultModule) {
+      throw new TypeError(
+        `${sandbox} needs the wasm option here (a compiled QuickJS module): this platform cannot read the installed one from disk`,
+      );
+    }
+    return make(defaultModule());
+  }
+  if (wasm instanceof WebAssembly.Module) return make(wasm);
+  if (typeof (wasm as Promise<unknown>)?.then !== "function") {
+    throw new TypeError("wasm must be a WebAssembly.Module or a promise of one, for example loadQuickJSWasm()");
+  }
+  return new DeferredLauncher(Promise.resolve(wasm).then(make));
+}

@@ -1,0 +1,50 @@
+/**
+ * The sandbox whose VMs run in another isolate, usually a Durable Object of a separately deployed Worker
+ * (cloudflare/): tools, call records and the deadline stay with the caller, and each tool call travels back to it.
+ */
+import { DEFAULT_INTERRUPT_BUDGET } from "../engine/limits.ts";
+import { RemoteLauncher, type RemoteSandboxStub } from "../host/remote.ts";
+import type { CodemodeSandboxBaseOptions } from "../types.ts";
+import { CodemodeSandboxBase, checkOptions } from "./base.ts";
+
+/** Time `warm()` gives a cold object to boot and run its first script. */
+export const REMOTE_WARM_TIMEOUT_MS = 30_000;
+
+export interface RemoteCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
+  /**
+   * Picks the object that runs an execution; called once per execution. One object per session
+   * (`env.CODEMODE_SANDBOX.getByName(sessionId)`) keeps a session's scripts together, one per execution
+   * (`getByName(crypto.randomUUID())`) runs each on its own.
+   */
+  remote: () => RemoteSandboxStub;
+}
+
+/**
+ * Runs each execution on the remote object `remote()` picks, in one RPC. Its memory limit and interrupt budget are
+ * capped by the object's own (`maxMemoryLimitBytes`, `maxInterruptBudget`); the interrupt budget defaults to
+ * `DEFAULT_INTERRUPT_BUDGET`, since a remote VM that computes reads a clock that stands still.
+ */
+export class RemoteCodemodeSandbox extends CodemodeSandboxBase {
+  constructor(options: RemoteCodemodeSandboxOptions) {
+    if (options === null || typeof options !== "object") {
+      throw new TypeError("RemoteCodemodeSandbox options must be an object with remote: () => stub");
+    }
+    checkOptions(options, "RemoteCodemodeSandbox", ["remote"]);
+    const { remote, ...rest } = options;
+    if (typeof remote !== "function") {
+      throw new TypeError(
+        "remote must be a function that returns the Durable Object to run an execution on, for example () => env.CODEMODE_SANDBOX.getByName(sessionId)",
+      );
+    }
+    super({ interruptBudget: DEFAULT_INTERRUPT_BUDGET, ...rest }, new RemoteLauncher(remote));
+  }
+
+  /**
+   * Runs one trivial execution on the object `remote()` picks, so that it has booted its VMs before the first real
+   * one (the object keeps them warm itself from then on); rejects when it cannot.
+   */
+  async warm(): Promise<void> {
+    const result = await this.execute("return 1", { timeoutMs: REMOTE_WARM_TIMEOUT_MS });
+    if (!result.ok) throw new Error(`warm(): the remote sandbox did not run a trivial script: ${result.error.message}`);
+  }
+}
