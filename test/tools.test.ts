@@ -432,6 +432,8 @@ describe("codes", () => {
         "UNSUPPORTED_PROFILE",
         "NOT_FOUND",
         "CONFLICT",
+        "STORAGE_UNAVAILABLE",
+        "INTEGRITY_VIOLATION",
       ].sort(),
     );
   });
