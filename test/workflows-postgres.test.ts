@@ -14,17 +14,18 @@ describe.skipIf(url === undefined)("PostgreSQL", () => {
       store: createPostgresStore({ connectionString, schema }),
       open: async () => createPostgresStore({ connectionString, schema }),
       async tamper(scope, id, edit) {
-        const rows = await query(connectionString, `SELECT state FROM "${schema}".airlock_records WHERE scope = $1 AND id = $2`, [
-          scope,
-          id,
-        ]);
+        const rows = await query(
+          connectionString,
+          `SELECT state FROM "${schema}".airlock_records WHERE scope = $1 AND id = $2`,
+          [scope, id],
+        );
         const state = JSON.parse(rows[0]?.state as string);
         edit(state);
-        await query(connectionString, `UPDATE "${schema}".airlock_records SET state = $3 WHERE scope = $1 AND id = $2`, [
-          scope,
-          id,
-          JSON.stringify(state),
-        ]);
+        await query(
+          connectionString,
+          `UPDATE "${schema}".airlock_records SET state = $3 WHERE scope = $1 AND id = $2`,
+          [scope, id, JSON.stringify(state)],
+        );
       },
       cleanup: () => dropSchema(connectionString, schema),
     };

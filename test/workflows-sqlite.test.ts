@@ -20,7 +20,11 @@ workflowConformance("SQLite", async () => {
         };
         const state = JSON.parse(row.state);
         edit(state);
-        db.prepare("UPDATE airlock_records SET state = ? WHERE scope = ? AND id = ?").run(JSON.stringify(state), scope, id);
+        db.prepare("UPDATE airlock_records SET state = ? WHERE scope = ? AND id = ?").run(
+          JSON.stringify(state),
+          scope,
+          id,
+        );
       } finally {
         db.close();
       }

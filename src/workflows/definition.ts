@@ -106,7 +106,9 @@ export function isStepId(value: unknown): value is string {
 
 function checkStepId(value: unknown, field: string): string {
   if (!isStepId(value)) {
-    throw configError(`${field} must be 1-128 characters: a letter, then letters, digits and ._- (not a prototype key)`);
+    throw configError(
+      `${field} must be 1-128 characters: a letter, then letters, digits and ._- (not a prototype key)`,
+    );
   }
   return value;
 }
@@ -280,6 +282,7 @@ export function resolveBinding(
     }
     value = (value as unknown as Record<string, JsonValue>)[key];
   }
-  if (value === undefined) throw new AirlockError("INVALID_INPUT", "a binding's path does not resolve in the run's data");
+  if (value === undefined)
+    throw new AirlockError("INVALID_INPUT", "a binding's path does not resolve in the run's data");
   return value;
 }

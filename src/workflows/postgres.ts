@@ -12,7 +12,6 @@ import {
   eventFromRow,
   MAX_EVENTS_PER_READ,
   MAX_LIST_RECORDS,
-  MAX_RECORD_BYTES,
   type Mutation,
   type NewEvent,
   type NewRecord,
@@ -21,6 +20,7 @@ import {
   recordFromRow,
   type StoredEvent,
   type StoredRecord,
+  serializeState,
   statusOf,
   storageError,
 } from "./records.ts";
@@ -51,14 +51,6 @@ function loadDriver(): PgModule {
   } catch {
     throw new AirlockError("UNSUPPORTED_PROFILE", "the PostgreSQL store needs the package pg: npm install pg@8");
   }
-}
-
-function serialize(state: object): string {
-  const text = JSON.stringify(state);
-  if (Buffer.byteLength(text, "utf8") > MAX_RECORD_BYTES) {
-    throw new AirlockError("LIMIT_EXCEEDED", `a record's state may have at most ${MAX_RECORD_BYTES} bytes of JSON`);
-  }
-  return text;
 }
 
 /** Store time in ms: the database's clock at the moment of the statement. */
@@ -128,6 +120,8 @@ class PostgresEngine implements RecordEngine {
         // Two processes initializing at once must not race on CREATE ... IF NOT EXISTS.
         await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`airlock:${this.schema}`]);
         await client.query(`CREATE SCHEMA IF NOT EXISTS "${this.schema}"`);
+        // State and event data are TEXT, not JSONB: JSONB refuses \u0000 in strings and reorders keys, and both
+        // stores must give back exactly the JSON they were given.
         await client.query(`CREATE TABLE IF NOT EXISTS ${this.records} (
           scope TEXT NOT NULL,
           id TEXT NOT NULL,
@@ -203,7 +197,7 @@ class PostgresEngine implements RecordEngine {
           record.definitionHash,
           statusOf(record.state),
           events.length,
-          serialize(record.state),
+          serializeState(record.state),
         ],
       );
       if (inserted.rowCount === 1) {
@@ -252,7 +246,7 @@ class PostgresEngine implements RecordEngine {
       const count = Number(row.event_count);
       await client.query(
         `UPDATE ${this.records} SET version = $3, status = $4, event_count = $5, state = $6, updated_at = $7 WHERE scope = $1 AND id = $2`,
-        [scope, id, version, statusOf(next.state), count + next.events.length, serialize(next.state), now],
+        [scope, id, version, statusOf(next.state), count + next.events.length, serializeState(next.state), now],
       );
       await this.insertEvents(client, scope, id, count + 1, next.events, now);
       return { record: { ...current, version, state: next.state }, changed: true };
@@ -299,7 +293,8 @@ class PostgresEngine implements RecordEngine {
 
 /** The shared store: call `initialize()` (creates the schema's tables if needed) before use and `close()` when done. */
 export function createPostgresStore(options: PostgresStoreOptions): WorkflowStore {
-  if (typeof options !== "object" || options === null) throw configError("createPostgresStore needs { connectionString }");
+  if (typeof options !== "object" || options === null)
+    throw configError("createPostgresStore needs { connectionString }");
   const unknown = unknownOption(options, "createPostgresStore", OPTION_KEYS);
   if (unknown !== undefined) throw configError(unknown);
   const { connectionString } = options;

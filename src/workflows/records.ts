@@ -87,6 +87,15 @@ export function storageError(message: string): AirlockError {
   return new AirlockError("STORAGE_UNAVAILABLE", message);
 }
 
+/** A record's state as the text a store writes, refused past `MAX_RECORD_BYTES`. */
+export function serializeState(state: object): string {
+  const text = JSON.stringify(state);
+  if (Buffer.byteLength(text, "utf8") > MAX_RECORD_BYTES) {
+    throw new AirlockError("LIMIT_EXCEEDED", `a record's state may have at most ${MAX_RECORD_BYTES} bytes of JSON`);
+  }
+  return text;
+}
+
 /** Rows read back from a database, checked before anything trusts them. */
 export function recordFromRow(row: {
   scope: unknown;

@@ -261,7 +261,10 @@ export function runStateOf(state: JsonObject): RunState {
   }
   if (reserved !== value.reservedMicros || spent !== value.spentMicros) throw fail();
   if (spent + reserved > (value.maxCostMicros as number)) throw fail();
-  if (value.status === "succeeded" && nodes.some((node) => (steps[(node as ManifestNode).id] as StoredStep).status !== "succeeded"))
+  if (
+    value.status === "succeeded" &&
+    nodes.some((node) => (steps[(node as ManifestNode).id] as StoredStep).status !== "succeeded")
+  )
     throw fail();
   return state as unknown as RunState;
 }

@@ -20,8 +20,8 @@ import {
   type ReceiptExecution,
   type RunState,
   runStateOf,
-  snapshotOf,
   type StoredStep,
+  snapshotOf,
   TERMINAL_RUN_STATUSES,
   type WorkflowSnapshot,
 } from "./run-state.ts";
@@ -189,13 +189,17 @@ function executionOf(outcome: Outcome<unknown>, effects: string): { execution: R
 }
 
 export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntimeOptions): ScheduledWorkflowRuntime {
-  if (typeof options !== "object" || options === null) throw configError("createScheduledWorkflowRuntime needs options");
+  if (typeof options !== "object" || options === null)
+    throw configError("createScheduledWorkflowRuntime needs options");
   const unknown = unknownOption(options, "createScheduledWorkflowRuntime", OPTION_KEYS);
   if (unknown !== undefined) throw configError(unknown);
   const store = options.store;
   const commands = store?.workflows;
   if (typeof commands !== "object" || commands === null || typeof store.events !== "function") {
-    throw new AirlockError("UNSUPPORTED_PROFILE", "the store has no workflow commands; use createSqliteStore or createPostgresStore");
+    throw new AirlockError(
+      "UNSUPPORTED_PROFILE",
+      "the store has no workflow commands; use createSqliteStore or createPostgresStore",
+    );
   }
   const copied = copyScope(options.scope);
   const projectId = copied?.projectId;
@@ -212,18 +216,35 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     throw configError("permissions.allow must be an array of strings");
   }
   const granted = new Set(allow);
-  if (typeof options.policyVersion !== "string" || options.policyVersion.length === 0 || options.policyVersion.length > 256) {
+  if (
+    typeof options.policyVersion !== "string" ||
+    options.policyVersion.length === 0 ||
+    options.policyVersion.length > 256
+  ) {
     throw configError("policyVersion must be a string of 1-256 characters");
   }
   const maxCostMicros = integer(options.maxCostMicros, -1, "maxCostMicros", 0, Number.MAX_SAFE_INTEGER);
   const leaseMs = integer(options.leaseMs, DEFAULT_LEASE_MS, "leaseMs", 1_000, 300_000);
   const maxConcurrentJobs = integer(options.maxConcurrentJobs, DEFAULT_MAX_CONCURRENT_JOBS, "maxConcurrentJobs", 1, 32);
-  const maxConcurrentRuns = integer(options.maxConcurrentRuns, DEFAULT_MAX_CONCURRENT_RUNS, "maxConcurrentRuns", 1, 128);
+  const maxConcurrentRuns = integer(
+    options.maxConcurrentRuns,
+    DEFAULT_MAX_CONCURRENT_RUNS,
+    "maxConcurrentRuns",
+    1,
+    128,
+  );
   const storageTimeoutMs = integer(options.storageTimeoutMs, DEFAULT_STORAGE_TIMEOUT_MS, "storageTimeoutMs", 1, 30_000);
   const approvalTtlMs = integer(options.approvalTtlMs, DEFAULT_APPROVAL_TTL_MS, "approvalTtlMs", 1, 30 * 24 * 3600_000);
-  const maxOutputBytes = integer(options.maxOutputBytes, DEFAULT_MAX_OUTPUT_BYTES, "maxOutputBytes", 1, MAX_WORKFLOW_OUTPUT_BYTES);
+  const maxOutputBytes = integer(
+    options.maxOutputBytes,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    "maxOutputBytes",
+    1,
+    MAX_WORKFLOW_OUTPUT_BYTES,
+  );
   const { verifyHuman, verifyExecution } = options;
-  if (verifyHuman !== undefined && typeof verifyHuman !== "function") throw configError("verifyHuman must be a function");
+  if (verifyHuman !== undefined && typeof verifyHuman !== "function")
+    throw configError("verifyHuman must be a function");
   if (verifyExecution !== undefined && typeof verifyExecution !== "function") {
     throw configError("verifyExecution must be a function");
   }
@@ -344,7 +365,8 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
 
   const outputsOf = (run: RunState): Record<string, JsonValue> => {
     const outputs: Record<string, JsonValue> = {};
-    for (const [nodeId, step] of Object.entries(run.steps)) if (step.status === "succeeded") outputs[nodeId] = step.output;
+    for (const [nodeId, step] of Object.entries(run.steps))
+      if (step.status === "succeeded") outputs[nodeId] = step.output;
     return outputs;
   };
 
@@ -359,14 +381,17 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     let finished = false;
     const scheduleRenewal = () => {
       if (finished) return;
-      renewal = setTimeout(() => {
-        storage(() => commands.renew({ ...base, claim: current, leaseMs }))
-          .then((next) => {
-            current = next;
-            scheduleRenewal();
-          })
-          .catch(() => controller.abort());
-      }, Math.floor(leaseMs / 3));
+      renewal = setTimeout(
+        () => {
+          storage(() => commands.renew({ ...base, claim: current, leaseMs }))
+            .then((next) => {
+              current = next;
+              scheduleRenewal();
+            })
+            .catch(() => controller.abort());
+        },
+        Math.floor(leaseMs / 3),
+      );
     };
     // Every command locks the run's row, so a renewal in flight cannot invalidate the completion that follows it.
     const stopRenewal = () => {
@@ -541,12 +566,21 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     try {
       const human = await bounded(() => verifyHuman(credential), VERIFY_TIMEOUT_MS);
       const { id, projectId: project, canApprove } = human;
-      if (typeof id !== "string" || id.length === 0 || id.length > 256 || project !== projectId || canApprove !== true) {
+      if (
+        typeof id !== "string" ||
+        id.length === 0 ||
+        id.length > 256 ||
+        project !== projectId ||
+        canApprove !== true
+      ) {
         throw new Error("refused");
       }
       return { id, projectId: project, canApprove };
     } catch {
-      throw new AirlockError("PERMISSION_DENIED", "the credential does not belong to a person who may approve in this project");
+      throw new AirlockError(
+        "PERMISSION_DENIED",
+        "the credential does not belong to a person who may approve in this project",
+      );
     }
   };
 
@@ -556,7 +590,10 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
       checkDefinition(definition);
       const key = command?.idempotencyKey;
       if (typeof key !== "string" || key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY_CHARS) {
-        throw new AirlockError("INVALID_INPUT", `idempotencyKey must be a string of 1-${MAX_IDEMPOTENCY_KEY_CHARS} characters`);
+        throw new AirlockError(
+          "INVALID_INPUT",
+          `idempotencyKey must be a string of 1-${MAX_IDEMPOTENCY_KEY_CHARS} characters`,
+        );
       }
       const raw = boundedJson(command.input, maxOutputBytes, "INVALID_INPUT");
       const parsed = await parseWithSchema(definition.input, raw);
@@ -636,7 +673,13 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
       matches(definition, record);
       const node = definition.nodes.find((item) => item.id === nodeId);
       const job = stateOf(record).steps[nodeId]?.job;
-      if (node === undefined || node.kind !== "tool" || job === null || job === undefined || job.state !== "outcome_unknown") {
+      if (
+        node === undefined ||
+        node.kind !== "tool" ||
+        job === null ||
+        job === undefined ||
+        job.state !== "outcome_unknown"
+      ) {
         throw new AirlockError("CONFLICT", "only a step whose outcome is unknown can be reconciled");
       }
       const request: ExternalEffectReconciliationRequest = Object.freeze({
@@ -679,7 +722,12 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
             ...base,
             nodeId,
             fence: job.fence,
-            receipt: { callId: request.callId, toolId: node.tool.id, execution: verdict.execution, disclosure: "withheld" },
+            receipt: {
+              callId: request.callId,
+              toolId: node.tool.id,
+              execution: verdict.execution,
+              disclosure: "withheld",
+            },
             settlement: { knownCostMicros: verdict.knownCostMicros, unknownCostMicros: 0 },
             source: {
               kind: "external_reconciliation",

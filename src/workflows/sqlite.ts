@@ -10,7 +10,6 @@ import {
   eventFromRow,
   MAX_EVENTS_PER_READ,
   MAX_LIST_RECORDS,
-  MAX_RECORD_BYTES,
   type Mutation,
   type NewEvent,
   type NewRecord,
@@ -18,6 +17,7 @@ import {
   type RecordListQuery,
   recordFromRow,
   type StoredRecord,
+  serializeState,
   statusOf,
   storageError,
 } from "./records.ts";
@@ -82,14 +82,6 @@ function loadDriver(): new (filename: string, options: { timeout: number }) => D
   }
 }
 
-function serialize(state: object): string {
-  const text = JSON.stringify(state);
-  if (Buffer.byteLength(text, "utf8") > MAX_RECORD_BYTES) {
-    throw new AirlockError("LIMIT_EXCEEDED", `a record's state may have at most ${MAX_RECORD_BYTES} bytes of JSON`);
-  }
-  return text;
-}
-
 class SqliteEngine implements RecordEngine {
   private db: Database | undefined;
   private closed = false;
@@ -138,7 +130,14 @@ class SqliteEngine implements RecordEngine {
     db?.close();
   }
 
-  private insertEvents(db: Database, scope: string, id: string, first: number, events: readonly NewEvent[], at: number) {
+  private insertEvents(
+    db: Database,
+    scope: string,
+    id: string,
+    first: number,
+    events: readonly NewEvent[],
+    at: number,
+  ) {
     const insert = db.prepare(
       "INSERT INTO airlock_events (scope, id, sequence, type, data, at) VALUES (?, ?, ?, ?, ?, ?)",
     );
@@ -171,7 +170,7 @@ class SqliteEngine implements RecordEngine {
             record.definitionHash,
             statusOf(record.state),
             events.length,
-            serialize(record.state),
+            serializeState(record.state),
             now,
           );
           this.insertEvents(db, record.scope, record.id, 1, events, now);
@@ -185,11 +184,7 @@ class SqliteEngine implements RecordEngine {
     return this.guard(() => this.readRow(this.open(), scope, id));
   }
 
-  mutate(
-    scope: string,
-    id: string,
-    change: Mutation,
-  ): Promise<{ record: StoredRecord; changed: boolean } | undefined> {
+  mutate(scope: string, id: string, change: Mutation): Promise<{ record: StoredRecord; changed: boolean } | undefined> {
     return this.guard(() => {
       const db = this.open();
       return db
@@ -209,7 +204,7 @@ class SqliteEngine implements RecordEngine {
             version,
             statusOf(next.state),
             row.event_count + next.events.length,
-            serialize(next.state),
+            serializeState(next.state),
             now,
             scope,
             id,

@@ -173,6 +173,24 @@ function releaseReservation(run: Draft, step: DraftStep): void {
   step.costReserved = 0;
 }
 
+/** Ends a step that never started: nothing happened, and its receipt says so. */
+function endUnstarted(
+  step: DraftStep,
+  node: ManifestNode,
+  outcome: "failed" | "blocked",
+  events: NewEvent[],
+  reason: string,
+): void {
+  step.status = outcome;
+  step.receipt = {
+    callId: step.callId ?? "",
+    toolId: node.toolId ?? "",
+    execution: "not_started",
+    disclosure: "withheld",
+  };
+  events.push({ type: `step.${outcome}`, data: { nodeId: node.id, reason } });
+}
+
 const isHalted = (status: RunStatus) => TERMINAL_RUN_STATUSES.has(status) || status === "paused";
 
 /**
@@ -202,9 +220,7 @@ function recompute(run: Draft, events: NewEvent[]): void {
   }
   // Work already admitted on other branches still runs: its approvals and reservations were given for it.
   const steps = Object.values(run.steps) as DraftStep[];
-  const active = steps.some(
-    (step) => step.job !== null && ["queued", "leased", "started"].includes(step.job.state),
-  );
+  const active = steps.some((step) => step.job !== null && ["queued", "leased", "started"].includes(step.job.state));
   let status: RunStatus = "running";
   if (!active) {
     if (steps.some((step) => step.status === "unknown")) status = "outcome_unknown";
@@ -348,15 +364,20 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
           step.input = cmd.input;
         }
         if (run.spentMicros + run.reservedMicros + node.costMicros > run.maxCostMicros) {
-          step.status = "blocked";
-          step.receipt = { callId: step.callId ?? "", toolId: node.toolId ?? "", execution: "not_started", disclosure: "withheld" };
-          events.push({ type: "step.blocked", data: { nodeId: cmd.nodeId, reason: "budget" } });
+          endUnstarted(step, node, "blocked", events, "budget");
           return true;
         }
         step.costReserved = node.costMicros;
         run.reservedMicros += node.costMicros;
         step.status = "dispatching";
-        step.job = { state: "queued", fence: 0, workerId: null, leaseUntil: null, startedAt: null, cancelRequested: false };
+        step.job = {
+          state: "queued",
+          fence: 0,
+          workerId: null,
+          leaseUntil: null,
+          startedAt: null,
+          cancelRequested: false,
+        };
         events.push({ type: "job.prepared", data: { nodeId: cmd.nodeId, costMicros: node.costMicros } });
         return true;
       }),
@@ -417,9 +438,7 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
         if (node.approval && (step.approval === null || step.approval.expiresAt <= now)) {
           job.state = "released";
           releaseReservation(run, step);
-          step.status = "blocked";
-          step.receipt = { callId: step.callId ?? "", toolId: node.toolId ?? "", execution: "not_started", disclosure: "withheld" };
-          events.push({ type: "step.blocked", data: { nodeId: node.id, reason: "approval_expired" } });
+          endUnstarted(step, node, "blocked", events, "approval_expired");
           return true;
         }
         job.state = "started";
@@ -465,7 +484,10 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
           });
           return true;
         }
-        if (settled || (step.receipt !== null && step.receipt.execution === "unknown" && cmd.receipt.execution === "unknown"))
+        if (
+          settled ||
+          (step.receipt !== null && step.receipt.execution === "unknown" && cmd.receipt.execution === "unknown")
+        )
           return false;
         if (job.state !== "started" && job.state !== "outcome_unknown") {
           throw new WorkflowConflict("stale_claim", "the job has settled already");
@@ -480,7 +502,13 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
         step.receipt = { ...cmd.receipt, disclosure: "withheld" };
         events.push({
           type: "effect.receipt",
-          data: { nodeId: node.id, fence: job.fence, execution: cmd.receipt.execution, knownCostMicros: known, unknownCostMicros: unknown },
+          data: {
+            nodeId: node.id,
+            fence: job.fence,
+            execution: cmd.receipt.execution,
+            knownCostMicros: known,
+            unknownCostMicros: unknown,
+          },
         });
         const lost = job.state === "started" && (job.leaseUntil ?? 0) <= now;
         if (cmd.receipt.execution === "unknown" || unknown > 0 || lost) {
@@ -526,9 +554,7 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
         }
         job.state = "released";
         releaseReservation(run, step);
-        step.status = cmd.outcome;
-        step.receipt = { callId: step.callId ?? "", toolId: node.toolId ?? "", execution: "not_started", disclosure: "withheld" };
-        events.push({ type: `step.${cmd.outcome}`, data: { nodeId: node.id, started: false } });
+        endUnstarted(step, node, cmd.outcome, events, "not_dispatched");
         return true;
       }),
 

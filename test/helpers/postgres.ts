@@ -13,7 +13,9 @@ let told = false;
 export function postgresUrl(): string | undefined {
   if (POSTGRES_URL !== undefined && POSTGRES_URL !== "") return POSTGRES_URL;
   if (process.env.AIRLOCK_REQUIRE_SYSTEM_TOOLS === "1") {
-    throw new Error("AIRLOCK_REQUIRE_SYSTEM_TOOLS=1 but AIRLOCK_TEST_POSTGRES_URL is not set: start PostgreSQL (see .ci/run)");
+    throw new Error(
+      "AIRLOCK_REQUIRE_SYSTEM_TOOLS=1 but AIRLOCK_TEST_POSTGRES_URL is not set: start PostgreSQL (see .ci/run)",
+    );
   }
   if (!told) {
     told = true;

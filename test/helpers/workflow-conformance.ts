@@ -38,7 +38,12 @@ function deferred<T = void>() {
 }
 
 function writeTool(
-  options: { id?: string; costMicros?: number; output?: z.ZodType; execute?: (input: { value: number }) => unknown } = {},
+  options: {
+    id?: string;
+    costMicros?: number;
+    output?: z.ZodType;
+    execute?: (input: { value: number }) => unknown;
+  } = {},
 ): Tool {
   return defineTool({
     id: options.id ?? "fixture.write",
@@ -131,8 +136,19 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     it("runs two branches and joins them in declared order, with one event sequence", async () => {
       const effects: string[] = [];
       const definition = parallel(
-        writeTool({ execute: (input) => (effects.push("first"), { value: input.value + 1 }) }),
-        writeTool({ id: "fixture.second", execute: (input) => (effects.push("second"), { value: input.value + 2 }) }),
+        writeTool({
+          execute: (input) => {
+            effects.push("first");
+            return { value: input.value + 1 };
+          },
+        }),
+        writeTool({
+          id: "fixture.second",
+          execute: (input) => {
+            effects.push("second");
+            return { value: input.value + 2 };
+          },
+        }),
       );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "parallel" });
@@ -147,7 +163,12 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         kind: "tool",
         status: "succeeded",
         callId: `${run.id}/step:first`,
-        receipt: { callId: `${run.id}/step:first`, toolId: "fixture.write", execution: "succeeded", disclosure: "released" },
+        receipt: {
+          callId: `${run.id}/step:first`,
+          toolId: "fixture.write",
+          execution: "succeeded",
+          disclosure: "released",
+        },
         approval: null,
         costReserved: 0,
       });
@@ -174,7 +195,12 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         input: valueSchema,
         output: valueSchema,
         nodes: [
-          { kind: "tool", id: "first", tool: writeTool({ execute: (i) => ({ value: i.value + 1 }) }), input: { kind: "input", path: [] } },
+          {
+            kind: "tool",
+            id: "first",
+            tool: writeTool({ execute: (i) => ({ value: i.value + 1 }) }),
+            input: { kind: "input", path: [] },
+          },
           {
             kind: "tool",
             id: "second",
@@ -192,7 +218,16 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("waits for a verified person without reserving budget, and keeps the approval across a reopened store", async () => {
       let effects = 0;
-      const definition = single(writeTool({ costMicros: 3, execute: (i) => (effects++, i) }), true);
+      const definition = single(
+        writeTool({
+          costMicros: 3,
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+        true,
+      );
       const first = runtime();
       const run = await first.submit(definition, { input: { value: 2 }, idempotencyKey: "approval" });
       const waiting = await first.runUntilSettled(definition, run.id);
@@ -209,10 +244,19 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       await reopen();
       const second = runtime();
       expect((await second.inspect(run.id)).steps.write?.approval).toEqual(approval);
-      const approved = await second.approve({ id: run.id, nodeId: "write", digest: approval?.digest as string, credential: HUMAN });
+      const approved = await second.approve({
+        id: run.id,
+        nodeId: "write",
+        digest: approval?.digest as string,
+        credential: HUMAN,
+      });
       expect(approved.steps.write).toMatchObject({ status: "approved", approval: { humanId: "human-a" } });
       const done = await second.runUntilSettled(definition, run.id);
-      expect(done).toMatchObject({ status: "succeeded", output: { value: 2 }, budget: { spentMicros: 3, reservedMicros: 0 } });
+      expect(done).toMatchObject({
+        status: "succeeded",
+        output: { value: 2 },
+        budget: { spentMicros: 3, reservedMicros: 0 },
+      });
       expect(done.steps.write?.approval?.humanId).toBe("human-a");
       expect(effects).toBe(1);
       const text = JSON.stringify(await second.events(run.id));
@@ -222,7 +266,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("refuses an unverified person, another project's person, a wrong digest and a malformed one", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }), true);
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+        true,
+      );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "denied" });
       const digest = (await engine.runUntilSettled(definition, run.id)).steps.write?.approval?.digest as string;
@@ -235,7 +287,9 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         verifyHuman: async () => ({ id: "human-b", projectId: "project-b", canApprove: true }),
       });
       await expect(attempt(elsewhere, digest)).rejects.toMatchObject({ code: "PERMISSION_DENIED" });
-      const viewer = runtime({ verifyHuman: async () => ({ id: "human-c", projectId: scope.projectId, canApprove: false }) });
+      const viewer = runtime({
+        verifyHuman: async () => ({ id: "human-c", projectId: scope.projectId, canApprove: false }),
+      });
       await expect(attempt(viewer, digest)).rejects.toMatchObject({ code: "PERMISSION_DENIED" });
       const none = runtime({ verifyHuman: undefined });
       await expect(attempt(none, digest)).rejects.toMatchObject({ code: "PERMISSION_DENIED" });
@@ -245,25 +299,40 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("binds a run to its policy and its definition, and a digest to its run", async () => {
       let effects = 0;
-      const tool = writeTool({ execute: (i) => (effects++, i) });
+      const tool = writeTool({
+        execute: (i) => {
+          effects++;
+          return i;
+        },
+      });
       const definition = single(tool, true);
       const engine = runtime();
       const a = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "bound-a" });
       const b = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "bound-b" });
-      const [wa, wb] = await Promise.all([engine.runUntilSettled(definition, a.id), engine.runUntilSettled(definition, b.id)]);
+      const [wa, wb] = await Promise.all([
+        engine.runUntilSettled(definition, a.id),
+        engine.runUntilSettled(definition, b.id),
+      ]);
       const digestA = wa.steps.write?.approval?.digest as string;
       expect(digestA).not.toBe(wb.steps.write?.approval?.digest);
-      await expect(engine.approve({ id: b.id, nodeId: "write", digest: digestA, credential: HUMAN })).rejects.toMatchObject({
+      await expect(
+        engine.approve({ id: b.id, nodeId: "write", digest: digestA, credential: HUMAN }),
+      ).rejects.toMatchObject({
         code: "CONFLICT",
       });
       const changed = runtime({ policyVersion: "policy-2" });
-      await expect(changed.approve({ id: a.id, nodeId: "write", digest: digestA, credential: HUMAN })).rejects.toMatchObject({
+      await expect(
+        changed.approve({ id: a.id, nodeId: "write", digest: digestA, credential: HUMAN }),
+      ).rejects.toMatchObject({
         code: "CONFLICT",
       });
       await expect(changed.runUntilSettled(definition, a.id)).rejects.toMatchObject({ code: "CONFLICT" });
       const other = single(defineTool({ ...tool, version: "2" }) as Tool, true);
       await expect(engine.runUntilSettled(other, a.id)).rejects.toMatchObject({ code: "CONFLICT" });
-      for (const foreign of [{ ...scope, principalId: "other" }, { ...scope, projectId: "other" }]) {
+      for (const foreign of [
+        { ...scope, principalId: "other" },
+        { ...scope, projectId: "other" },
+      ]) {
         const outsider = runtime({ scope: foreign });
         await expect(outsider.inspect(a.id)).rejects.toMatchObject({ code: "NOT_FOUND" });
         await expect(outsider.runUntilSettled(definition, a.id)).rejects.toMatchObject({ code: "NOT_FOUND" });
@@ -274,14 +343,24 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("refuses an expired approval, then asks again with a fresh digest", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }), true);
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+        true,
+      );
       // Long enough for the second approval to be admitted before it lapses too, even on a loaded machine.
       const ttl = { approvalTtlMs: 2_000 };
       const engine = runtime(ttl);
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "expired" });
       const first = (await engine.runUntilSettled(definition, run.id)).steps.write?.approval?.digest as string;
       await sleep(2_100);
-      await expect(engine.approve({ id: run.id, nodeId: "write", digest: first, credential: HUMAN })).rejects.toMatchObject({
+      await expect(
+        engine.approve({ id: run.id, nodeId: "write", digest: first, credential: HUMAN }),
+      ).rejects.toMatchObject({
         code: "CONFLICT",
       });
       const again = await engine.runUntilSettled(definition, run.id);
@@ -297,7 +376,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("blocks a step whose grants are missing before asking anyone", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }), true);
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+        true,
+      );
       const engine = runtime({ permissions: { allow: ["tool:fixture.write"] } });
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "grants" });
       const result = await engine.runUntilSettled(definition, run.id);
@@ -308,7 +395,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("gives the same run for the same key, CONFLICT for other input, and nothing to another scope", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const engine = runtime();
       const runs = await Promise.all(
         Array.from({ length: 6 }, () => engine.submit(definition, { input: { value: 2 }, idempotencyKey: "same" })),
@@ -316,11 +410,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       expect(new Set(runs.map((run) => run.id)).size).toBe(1);
       const id = runs[0]?.id as string;
       await engine.runUntilSettled(definition, id);
-      expect((await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "same" })).status).toBe("succeeded");
+      expect((await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "same" })).status).toBe(
+        "succeeded",
+      );
       await expect(engine.submit(definition, { input: { value: 3 }, idempotencyKey: "same" })).rejects.toMatchObject({
         code: "CONFLICT",
       });
-      await expect(engine.submit(definition, { input: { value: "x" } as never, idempotencyKey: "bad" })).rejects.toMatchObject({
+      await expect(
+        engine.submit(definition, { input: { value: "x" } as never, idempotencyKey: "bad" }),
+      ).rejects.toMatchObject({
         code: "INVALID_INPUT",
       });
       await expect(engine.submit(definition, { input: { value: 2 }, idempotencyKey: "" })).rejects.toMatchObject({
@@ -335,7 +433,13 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     it("keeps the receipt and the cost of an effect whose output was refused, and never runs it again", async () => {
       let effects = 0;
       const definition = single(
-        writeTool({ output: z.object({ allowed: z.literal(true) }), execute: () => (effects++, { SECRET: "x" }) }),
+        writeTool({
+          output: z.object({ allowed: z.literal(true) }),
+          execute: () => {
+            effects++;
+            return { SECRET: "x" };
+          },
+        }),
       );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "refused-output" });
@@ -375,8 +479,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("reserves a shared budget once: the branch that does not fit is blocked and never runs", async () => {
       let effects = 0;
-      const execute = (input: { value: number }) => (effects++, input);
-      const definition = parallel(writeTool({ costMicros: 6, execute }), writeTool({ id: "fixture.second", costMicros: 6, execute }));
+      const execute = (input: { value: number }) => {
+        effects++;
+        return input;
+      };
+      const definition = parallel(
+        writeTool({ costMicros: 6, execute }),
+        writeTool({ id: "fixture.second", costMicros: 6, execute }),
+      );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "budget" });
       const result = await engine.runUntilSettled(definition, run.id);
@@ -390,7 +500,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       let effects = 0;
       const began = deferred();
       const release = deferred<{ value: number }>();
-      const definition = single(writeTool({ execute: () => (effects++, began.resolve(), release.promise) }));
+      const definition = single(
+        writeTool({
+          execute: () => {
+            effects++;
+            began.resolve();
+            return release.promise;
+          },
+        }),
+      );
       const secondStore = await fixture.open();
       stores.push(secondStore);
       await secondStore.initialize();
@@ -408,7 +526,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("cancels before a step starts without an effect or a reservation", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "cancel-before" });
       expect((await engine.cancel(run.id)).status).toBe("cancelled");
@@ -422,7 +547,16 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       let effects = 0;
       const began = deferred();
       const release = deferred<{ value: number }>();
-      const definition = single(writeTool({ costMicros: 3, execute: () => (effects++, began.resolve(), release.promise) }));
+      const definition = single(
+        writeTool({
+          costMicros: 3,
+          execute: () => {
+            effects++;
+            began.resolve();
+            return release.promise;
+          },
+        }),
+      );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "cancel-late" });
       const driving = engine.runUntilSettled(definition, run.id);
@@ -434,7 +568,10 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       await driving;
       const late = await engine.inspect(run.id);
       expect(late).toMatchObject({ status: "cancelled", output: null, budget: { spentMicros: 3, reservedMicros: 0 } });
-      expect(late.steps.write).toMatchObject({ output: null, receipt: { execution: "succeeded", disclosure: "withheld" } });
+      expect(late.steps.write).toMatchObject({
+        output: null,
+        receipt: { execution: "succeeded", disclosure: "withheld" },
+      });
       await engine.recoverExpired(run.id);
       await engine.runUntilSettled(definition, run.id);
       expect(effects).toBe(1);
@@ -444,7 +581,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       let lost = false;
       const backing = store.workflows;
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const faulty = runtime({
         leaseMs: 1_000,
         store: wrapped({
@@ -467,14 +611,25 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       const result = await healthy.runUntilSettled(definition, run.id);
       expect(lost).toBe(true);
       expect(effects).toBe(0);
-      expect(result).toMatchObject({ status: "outcome_unknown", output: null, budget: { spentMicros: 0, reservedMicros: 1 } });
+      expect(result).toMatchObject({
+        status: "outcome_unknown",
+        output: null,
+        budget: { spentMicros: 0, reservedMicros: 1 },
+      });
     });
 
     it("keeps a committed completion whose acknowledgement was lost, without running the tool again", async () => {
       let lost = false;
       const backing = store.workflows;
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const faulty = runtime({
         store: wrapped({
           complete: async (command) => {
@@ -500,7 +655,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       const backing = store.workflows;
       let held = false;
       let effects = 0;
-      const definition = single(writeTool({ costMicros: 3, execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          costMicros: 3,
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const slow = runtime({
         leaseMs: 1_000,
         store: wrapped({
@@ -534,7 +697,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("renews the lease of a step that runs longer than one lease", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: async (i) => (effects++, await sleep(1_600), i) }));
+      const definition = single(
+        writeTool({
+          execute: async (i) => {
+            effects++;
+            await sleep(1_600);
+            return i;
+          },
+        }),
+      );
       const engine = runtime({ leaseMs: 1_000 });
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "renewal" });
       expect((await engine.runUntilSettled(definition, run.id)).status).toBe("succeeded");
@@ -546,7 +717,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       let effects = 0;
       let completions = 0;
       const backing = store.workflows;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const engine = runtime({
         leaseMs: 1_000,
         store: wrapped({
@@ -564,24 +742,42 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "lapsed" });
       const result = await engine.runUntilSettled(definition, run.id);
       expect(result).toMatchObject({ status: "outcome_unknown", budget: { spentMicros: 1, reservedMicros: 0 } });
-      expect(result.steps.write).toMatchObject({ status: "unknown", receipt: { execution: "succeeded", disclosure: "withheld" } });
+      expect(result.steps.write).toMatchObject({
+        status: "unknown",
+        receipt: { execution: "succeeded", disclosure: "withheld" },
+      });
       expect(completions).toBe(0);
       expect(effects).toBe(1);
     });
 
     it("settles an unknown effect only through a verifier, and keeps contradictions as evidence", async () => {
-      let verdict = { authorityId: "provider-a", attestationId: "event/1", execution: "succeeded" as const, knownCostMicros: 2 };
+      let verdict = {
+        authorityId: "provider-a",
+        attestationId: "event/1",
+        execution: "succeeded" as const,
+        knownCostMicros: 2,
+      };
       let effects = 0;
-      const definition = single(writeTool({ costMicros: 4, execute: () => (effects++, new Promise(() => {})) }));
+      const definition = single(
+        writeTool({
+          costMicros: 4,
+          execute: () => {
+            effects++;
+            return new Promise(() => {});
+          },
+        }),
+      );
       const unsure = runtime({ leaseMs: 1_000 });
       const run = await unsure.submit(definition, { input: { value: 2 }, idempotencyKey: "reconcile" });
       void unsure.runUntilSettled(definition, run.id).catch(() => {});
       await sleep(300);
       await unsure.cancel(run.id);
       const plain = runtime();
-      await expect(plain.reconcile(definition, { id: run.id, nodeId: "write", credential: "c" })).rejects.toMatchObject({
-        code: "PERMISSION_DENIED",
-      });
+      await expect(plain.reconcile(definition, { id: run.id, nodeId: "write", credential: "c" })).rejects.toMatchObject(
+        {
+          code: "PERMISSION_DENIED",
+        },
+      );
       const auditor = runtime({
         verifyExecution: async (request, credential) => {
           expect(credential).toBe("SECRET-credential");
@@ -589,17 +785,45 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
           return verdict as never;
         },
       });
-      const settled = await auditor.reconcile(definition, { id: run.id, nodeId: "write", credential: "SECRET-credential" });
-      expect(settled).toMatchObject({ status: "cancelled", output: null, budget: { spentMicros: 2, reservedMicros: 0 } });
-      expect(settled.steps.write).toMatchObject({ status: "unknown", receipt: { execution: "succeeded", disclosure: "withheld" } });
-      const repeated = await auditor.reconcile(definition, { id: run.id, nodeId: "write", credential: "SECRET-credential" });
+      const settled = await auditor.reconcile(definition, {
+        id: run.id,
+        nodeId: "write",
+        credential: "SECRET-credential",
+      });
+      expect(settled).toMatchObject({
+        status: "cancelled",
+        output: null,
+        budget: { spentMicros: 2, reservedMicros: 0 },
+      });
+      expect(settled.steps.write).toMatchObject({
+        status: "unknown",
+        receipt: { execution: "succeeded", disclosure: "withheld" },
+      });
+      const repeated = await auditor.reconcile(definition, {
+        id: run.id,
+        nodeId: "write",
+        credential: "SECRET-credential",
+      });
       expect(repeated).toEqual(settled);
       verdict = { ...verdict, execution: "failed" as never, attestationId: "event/2" };
-      const contradicted = await auditor.reconcile(definition, { id: run.id, nodeId: "write", credential: "SECRET-credential" });
+      const contradicted = await auditor.reconcile(definition, {
+        id: run.id,
+        nodeId: "write",
+        credential: "SECRET-credential",
+      });
       expect(contradicted.version).toBeGreaterThan(settled.version);
       expect(contradicted.budget).toEqual(settled.budget);
-      const malformed = runtime({ verifyExecution: async () => ({ authorityId: "x", attestationId: "", execution: "succeeded", knownCostMicros: 99 }) });
-      await expect(malformed.reconcile(definition, { id: run.id, nodeId: "write", credential: null })).rejects.toMatchObject({
+      const malformed = runtime({
+        verifyExecution: async () => ({
+          authorityId: "x",
+          attestationId: "",
+          execution: "succeeded",
+          knownCostMicros: 99,
+        }),
+      });
+      await expect(
+        malformed.reconcile(definition, { id: run.id, nodeId: "write", credential: null }),
+      ).rejects.toMatchObject({
         code: "PERMISSION_DENIED",
       });
       expect(JSON.stringify(await auditor.events(run.id))).not.toContain("SECRET-credential");
@@ -608,7 +832,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
 
     it("pauses between steps and resumes where it stopped", async () => {
       let effects = 0;
-      const definition = single(writeTool({ execute: (i) => (effects++, i) }));
+      const definition = single(
+        writeTool({
+          execute: (i) => {
+            effects++;
+            return i;
+          },
+        }),
+      );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "pause" });
       expect((await engine.pause(run.id)).status).toBe("paused");
@@ -639,7 +870,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     it("refuses work once closed, and drains steps in flight", async () => {
       const release = deferred<{ value: number }>();
       const began = deferred();
-      const definition = single(writeTool({ execute: () => (began.resolve(), release.promise) }));
+      const definition = single(
+        writeTool({
+          execute: () => {
+            began.resolve();
+            return release.promise;
+          },
+        }),
+      );
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "drain" });
       const driving = engine.runUntilSettled(definition, run.id);
