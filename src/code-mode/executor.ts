@@ -37,6 +37,7 @@ import {
   type SandboxToolsBridge,
   type ToolCallResult,
 } from "./adapter.ts";
+import { brandCodeMode, type ExecutionEvidence, receiptOf, unknownReceipt } from "./evidence.ts";
 import { type AnyCodeProgram, type CodeProgram, isCodeProgram } from "./program.ts";
 
 /** Finished execution ids the executor remembers to refuse their reuse (CONFLICT). */
@@ -125,13 +126,20 @@ export interface CodeUsage {
 }
 
 export type CodeExecutionOutcome<T> =
-  | { readonly status: "succeeded"; readonly output: T; readonly usage: CodeUsage }
+  | {
+      readonly status: "succeeded";
+      readonly output: T;
+      readonly usage: CodeUsage;
+      /** A receipt for every call handed to the broker, in the order they were. */
+      readonly evidence: readonly ExecutionEvidence[];
+    }
   | {
       readonly status: FailureStatus;
       readonly error: OutcomeError;
       /** Set when the program itself threw: its own text, cut to 128 and 1,024 characters. Treat it as output. */
       readonly programError?: ProgramErrorInfo;
       readonly usage: CodeUsage;
+      readonly evidence: readonly ExecutionEvidence[];
     };
 
 export interface CodeMode<A extends SandboxAdapter = SandboxAdapter> {
@@ -280,20 +288,23 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
     }
   };
 
-  return Object.freeze({ adapter, execute }) as CodeMode<A>;
+  return brandCodeMode(Object.freeze({ adapter, execute }) as CodeMode<A>);
 }
+
+const NO_EVIDENCE: readonly ExecutionEvidence[] = Object.freeze([]);
 
 function failed(
   code: ErrorCode,
   message: string,
   programError: ProgramErrorInfo | undefined,
   usage: CodeUsage,
+  evidence: readonly ExecutionEvidence[] = NO_EVIDENCE,
 ): CodeExecutionOutcome<never> {
   const error = Object.freeze({ code, message });
   return Object.freeze(
     programError === undefined
-      ? { status: statusOf(code), error, usage }
-      : { status: statusOf(code), error, programError, usage },
+      ? { status: statusOf(code), error, usage, evidence }
+      : { status: statusOf(code), error, programError, usage, evidence },
   );
 }
 
@@ -315,6 +326,7 @@ class Execution {
   private scope!: Scope;
   private caller: CallerTools | undefined;
   private readonly usage = { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0 };
+  private readonly evidence: ExecutionEvidence[] = [];
 
   constructor(
     private readonly program: AnyCodeProgram,
@@ -338,7 +350,7 @@ class Execution {
   }
 
   private fail(code: ErrorCode, message: string, programError?: ProgramErrorInfo): CodeExecutionOutcome<never> {
-    return failed(code, message, programError, this.snapshot());
+    return failed(code, message, programError, this.snapshot(), Object.freeze([...this.evidence]));
   }
 
   /** Ends the run early with `code`; the first stop wins. */
@@ -551,7 +563,12 @@ class Execution {
     }
     const parsed = await parseWithSchema(this.program.output, output);
     if (!parsed.ok) return this.fail("INVALID_OUTPUT", "the program's output does not match its output schema");
-    return Object.freeze({ status: "succeeded" as const, output: parsed.value, usage: this.snapshot() });
+    return Object.freeze({
+      status: "succeeded" as const,
+      output: parsed.value,
+      usage: this.snapshot(),
+      evidence: Object.freeze([...this.evidence]),
+    });
   }
 
   // ---- tool calls ----
@@ -624,9 +641,10 @@ class Execution {
     try {
       if (signal.aborted) return callResult("CANCELLED", "the call was cancelled before it started");
       this.usage.toolCalls += 1;
+      const callId = `${this.options.executionId}:${this.usage.toolCalls}`;
       const context: CodeToolCallContext = Object.freeze({
         runId: this.options.runId,
-        callId: `${this.options.executionId}:${this.usage.toolCalls}`,
+        callId,
         executionId: this.options.executionId,
         scope: this.scope,
         signal,
@@ -647,8 +665,15 @@ class Execution {
         ),
         this.giveUp.then(() => ({ kind: "gave_up" as const })),
       ]);
-      if (answer.kind !== "answer") return this.unknown(tool.costMicros);
-      return this.accept(tool, answer.value);
+      if (answer.kind !== "answer") {
+        this.evidence.push(Object.freeze({ runId: this.options.runId, receipt: unknownReceipt(callId, tool.id) }));
+        return this.unknown(tool.costMicros);
+      }
+      const seen: { status?: unknown } = {};
+      const result = this.accept(tool, answer.value, seen);
+      const receipt = receiptOf(callId, tool.id, seen.status, costOfOutcome(answer.value) !== undefined, result);
+      this.evidence.push(Object.freeze({ runId: this.options.runId, receipt }));
+      return result;
     } finally {
       this.releaseSlot();
     }
@@ -667,7 +692,7 @@ class Execution {
   }
 
   /** Checks the broker's outcome and hands the program a JSON copy, within the response budget. */
-  private accept(tool: AnyTool, value: unknown): ToolCallResult {
+  private accept(tool: AnyTool, value: unknown, seen: { status?: unknown }): ToolCallResult {
     const recorded = costOfOutcome(value);
     if (typeof value !== "object" || value === null) return this.unknown(tool.costMicros);
     // Each field is read once, here: a getter that throws (or answers differently the second time) makes the
@@ -677,6 +702,7 @@ class Execution {
     let error: { code?: unknown; message?: unknown } | undefined;
     try {
       status = (value as { status?: unknown }).status;
+      seen.status = status;
       if (status === "succeeded") output = (value as { output?: unknown }).output;
       else {
         const found = (value as { error?: unknown }).error as { code?: unknown; message?: unknown } | undefined;

@@ -15,6 +15,13 @@ export {
   type ToolCallResult,
 } from "./adapter.ts";
 export {
+  type ExecutionEvidence,
+  type ExecutionReceipt,
+  isCodeMode,
+  type ReceiptDisclosure,
+  type ReceiptExecution,
+} from "./evidence.ts";
+export {
   ADAPTER_STOP_GRACE_MS,
   AVAILABILITY_TIMEOUT_MS,
   CALL_SETTLE_GRACE_MS,

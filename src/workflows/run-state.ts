@@ -3,9 +3,13 @@
  * one row lock orders every change to a run. This file holds the shapes, the check a record read back must pass
  * (anything else is STORAGE_UNAVAILABLE, never trusted), and the public snapshot.
  */
+
+import type { ExecutionReceipt, ReceiptExecution } from "../code-mode/evidence.ts";
 import { deepFreezeJson, type JsonObject, type JsonValue } from "../json/index.ts";
 import type { Scope } from "../tools/define.ts";
 import { storageError } from "./records.ts";
+
+export type { ExecutionReceipt, ReceiptDisclosure, ReceiptExecution } from "../code-mode/evidence.ts";
 
 export const RUN_KIND = "workflow-run";
 
@@ -71,17 +75,7 @@ export const DEAD_STEP_STATUSES: ReadonlySet<string> = new Set(["failed", "block
 export type JobState = "queued" | "leased" | "started" | "done" | "released" | "outcome_unknown";
 const JOB_STATES: readonly JobState[] = ["queued", "leased", "started", "done", "released", "outcome_unknown"];
 
-export type ReceiptExecution = "not_started" | "succeeded" | "failed" | "unknown";
 export const RECEIPT_EXECUTIONS: readonly ReceiptExecution[] = ["not_started", "succeeded", "failed", "unknown"];
-export type ReceiptDisclosure = "released" | "withheld";
-
-/** What is known of one tool call's effect, and whether its output was handed on. */
-export interface ExecutionReceipt {
-  readonly callId: string;
-  readonly toolId: string;
-  readonly execution: ReceiptExecution;
-  readonly disclosure: ReceiptDisclosure;
-}
 
 export interface Approval {
   /** 64 hex: SHA-256 over the run, the step, the tool and its version, the exact input, the policy and the expiry. */
