@@ -8,7 +8,7 @@
  * `maxOutputBytes` is cut to one character more than the limit before it leaves the VM, so the host never holds an
  * oversized output. The executor checks the text again; a program that forges the wrapper's answer only fails itself.
  */
-import type { SandboxExecuteRequest, SandboxResult } from "../code-mode/adapter.ts";
+import type { SandboxDeterministicRun, SandboxExecuteRequest, SandboxResult } from "../code-mode/adapter.ts";
 import type { Launcher } from "../host/launcher.ts";
 import { runProgram } from "../host/program.ts";
 
@@ -35,6 +35,18 @@ export function wrapProgramSource(source: string, maxOutputBytes: number): strin
   );
 }
 
+function replayable(run: SandboxDeterministicRun) {
+  return {
+    startedAt: run.startedAt,
+    seed: run.seed,
+    sequencedCall: async (toolId: string, input: unknown) => {
+      const { result, seq, now } = await run.call(toolId, input);
+      return { value: result, seq, now };
+    },
+    onFingerprint: (fingerprint: string) => run.onFingerprint?.(fingerprint),
+  };
+}
+
 export async function executeOnLauncher(launcher: Launcher, request: SandboxExecuteRequest): Promise<SandboxResult> {
   const { program } = request;
   if (program.language !== "javascript") return { status: "failed", reason: "unsupported_program" };
@@ -47,6 +59,7 @@ export async function executeOnLauncher(launcher: Launcher, request: SandboxExec
     wallTimeMs: limits.wallTimeMillis + VM_WALL_SLACK_MS,
     signal: request.signal,
     call: (toolId, input, signal) => request.tools.call(toolId, input, signal),
+    ...(request.deterministic === undefined ? {} : { deterministic: replayable(request.deterministic) }),
   });
   if (result.status === "succeeded") {
     const envelope = result.output as { j?: unknown; r?: unknown } | null;

@@ -37,6 +37,14 @@ import {
   type SandboxToolsBridge,
   type ToolCallResult,
 } from "./adapter.ts";
+import {
+  type ApprovalDecision,
+  type AttemptOutcome,
+  type CallApproval,
+  type CodeApprovalsOptions,
+  createCallApprovals,
+  type WaitingOutcome,
+} from "./approvals.ts";
 import { brandCodeMode, type ExecutionEvidence, receiptOf, unknownReceipt } from "./evidence.ts";
 import { type AnyCodeProgram, type CodeProgram, isCodeProgram } from "./program.ts";
 
@@ -85,6 +93,8 @@ export interface CreateCodeModeOptions<A extends SandboxAdapter = SandboxAdapter
   allowTestAdapter?: boolean;
   /** Total bytes of tool results one execution may receive; default `DEFAULT_MAX_TOOL_RESULT_BYTES`. */
   maxToolResultBytes?: number;
+  /** Lets programs pause at calls of tools with `approval` until a person decides (see approvals.ts). */
+  approvals?: CodeApprovalsOptions;
 }
 
 export interface CodeExecuteOptions {
@@ -103,6 +113,7 @@ const CREATE_CODE_MODE_KEYS = optionKeys<CreateCodeModeOptions>({
   invokeTool: true,
   allowTestAdapter: true,
   maxToolResultBytes: true,
+  approvals: true,
 });
 const EXECUTE_KEYS = optionKeys<CodeExecuteOptions>({
   runId: true,
@@ -142,6 +153,17 @@ export type CodeExecutionOutcome<T> =
       readonly evidence: readonly ExecutionEvidence[];
     };
 
+/** The program reached a call a person must approve: `approve` or `reject` it, then `resume`. */
+export interface CodeWaitingOutcome {
+  readonly status: "waiting";
+  readonly approval: CallApproval;
+  readonly usage: CodeUsage;
+  readonly evidence: readonly ExecutionEvidence[];
+}
+
+/** What an execution of a code mode with approvals ends with. */
+export type ResumableExecutionOutcome<T> = CodeExecutionOutcome<T> | CodeWaitingOutcome;
+
 export interface CodeMode<A extends SandboxAdapter = SandboxAdapter> {
   readonly adapter: A;
   execute<I extends z.ZodType, O extends z.ZodType>(
@@ -149,6 +171,26 @@ export interface CodeMode<A extends SandboxAdapter = SandboxAdapter> {
     input: unknown,
     options: CodeExecuteOptions,
   ): Promise<CodeExecutionOutcome<z.output<O>>>;
+}
+
+/** A code mode made with `approvals`: its executions may wait for a person. */
+export interface ApprovingCodeMode<A extends SandboxAdapter = SandboxAdapter> {
+  readonly adapter: A;
+  execute<I extends z.ZodType, O extends z.ZodType>(
+    program: CodeProgram<I, O>,
+    input: unknown,
+    options: CodeExecuteOptions,
+  ): Promise<ResumableExecutionOutcome<z.output<O>>>;
+  /** Approves the pending call of a waiting execution (PERMISSION_DENIED, CONFLICT for another digest). */
+  approve(decision: ApprovalDecision): Promise<{ status: "approved" }>;
+  /** Rejects it: the program gets that call's result `{ status: 'blocked', error: { code: 'GUARD_BLOCKED' } }`. */
+  reject(decision: ApprovalDecision): Promise<{ status: "rejected" }>;
+  /** Continues a decided execution (same runId, executionId, scope; any process on the same store). */
+  resume<I extends z.ZodType, O extends z.ZodType>(
+    program: CodeProgram<I, O>,
+    input: unknown,
+    options: CodeExecuteOptions,
+  ): Promise<ResumableExecutionOutcome<z.output<O>>>;
 }
 
 /** Execution ids that are running or recently finished. */
@@ -206,7 +248,13 @@ function delay(ms: number): { promise: Promise<void>; cancel(): void } {
 const callResult = (code: ErrorCode, message: string): ToolCallResult =>
   Object.freeze({ status: statusOf(code), error: Object.freeze({ code, message }) });
 
-export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeModeOptions<A>): CodeMode<A> {
+export function createCodeMode<A extends SandboxAdapter>(
+  options: CreateCodeModeOptions<A> & { approvals: CodeApprovalsOptions },
+): ApprovingCodeMode<A>;
+export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeModeOptions<A>): CodeMode<A>;
+export function createCodeMode<A extends SandboxAdapter>(
+  options: CreateCodeModeOptions<A>,
+): CodeMode<A> | ApprovingCodeMode<A> {
   if (typeof options !== "object" || options === null) {
     throw configError("createCodeMode needs { adapter, invokeTool }");
   }
@@ -233,12 +281,15 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
     throw configError("maxToolResultBytes must be a positive integer");
   }
   const ids = new ExecutionIds(EXECUTION_ID_MEMORY);
+  const approvals = options.approvals === undefined ? undefined : createCallApprovals(options.approvals);
 
-  const execute = (
+  /** `execute`, or with `resume` set, the continuation of a paused execution. */
+  const launch = (
     program: AnyCodeProgram,
     input: unknown,
     executeOptions: CodeExecuteOptions,
-  ): Promise<CodeExecutionOutcome<unknown>> => {
+    resume: boolean,
+  ): Promise<ResumableExecutionOutcome<unknown>> => {
     const maximumCostMicros = isCodeProgram(program) ? program.maximumCostMicros : 0;
     const bare: CodeUsage = Object.freeze({
       toolCalls: 0,
@@ -269,12 +320,57 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
           `executionId must be a string of 1-${maxChars} characters (its call ids, executionId:n, have at most ${MAX_ID_CHARS})`,
         );
       }
-      if (!ids.claim(executionId)) {
+      const durable = program.tools.some((tool) => tool.approval !== "never");
+      if (durable && approvals === undefined) {
+        return refuse(
+          "INVALID_CONFIG",
+          "the program has tools that ask for approval: pass approvals to createCodeMode",
+        );
+      }
+      if (resume && !durable) return refuse("INVALID_CONFIG", "only programs with approval tools can be resumed");
+      // A resumed execution keeps its id; the journal in the store refuses a second one with it.
+      if (!resume && !ids.claim(executionId)) {
         return refuse("CONFLICT", "the executionId is running or was used by a recent execution; use a new one");
       }
-      claimed = executionId;
+      if (!resume) claimed = executionId;
       // The input is copied before execute() returns: the caller changing it later changes nothing.
       const copied = tryCopyJson(input, { maxBytes: program.limits.maxInputBytes });
+      if (durable && approvals !== undefined) {
+        const scope = copyScope(options.scope);
+        if (scope === undefined || !isId(options.runId) || executionId.length > maxChars - RESUME_SUFFIX_CHARS) {
+          if (claimed !== undefined) ids.finish(claimed);
+          return refuse(
+            "INVALID_CONFIG",
+            `a resumable execution needs a runId, a scope, and an executionId of at most ${maxChars - RESUME_SUFFIX_CHARS} characters`,
+          );
+        }
+        if (!copied.ok) {
+          if (claimed !== undefined) ids.finish(claimed);
+          return refuse(copied.error.code, `the input was refused: ${copied.error.message}`);
+        }
+        const attempt = (attemptAdapter: SandboxAdapter, attemptId: string): Promise<AttemptOutcome> =>
+          new Execution(
+            program,
+            attemptAdapter,
+            invokeTool,
+            { ...options, executionId: attemptId },
+            maximumCostMicros,
+            maxToolResultBytes,
+          )
+            .start(copied)
+            .catch(() =>
+              failed("OUTCOME_UNKNOWN", "the executor failed; the execution's effects are unknown", undefined, bare),
+            ) as Promise<AttemptOutcome>;
+        const context = { runId: options.runId, executionId, scope };
+        const running = resume
+          ? approvals.resume(program, copied.json, context, attempt, adapter)
+          : approvals.execute(program, copied.json, context, attempt, adapter);
+        return running
+          .then((outcome) => withBareUsage(outcome, bare))
+          .finally(() => {
+            if (claimed !== undefined) ids.finish(claimed);
+          });
+      }
       const run = new Execution(program, adapter, invokeTool, options, maximumCostMicros, maxToolResultBytes);
       return run
         .start(copied)
@@ -288,10 +384,32 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
     }
   };
 
-  return brandCodeMode(Object.freeze({ adapter, execute }) as CodeMode<A>);
+  const execute = (program: AnyCodeProgram, input: unknown, executeOptions: CodeExecuteOptions) =>
+    launch(program, input, executeOptions, false);
+  const resume = (program: AnyCodeProgram, input: unknown, executeOptions: CodeExecuteOptions) =>
+    launch(program, input, executeOptions, true);
+  const decide =
+    <V extends "approved" | "rejected">(verdict: V) =>
+    async (decision: ApprovalDecision): Promise<{ status: V }> => {
+      if (approvals === undefined) throw configError("this code mode has no approvals");
+      return (await approvals.decide(decision, verdict)) as { status: V };
+    };
+  return brandCodeMode(
+    Object.freeze({ adapter, execute, resume, approve: decide("approved"), reject: decide("rejected") }) as
+      | CodeMode<A>
+      | ApprovingCodeMode<A>,
+  );
 }
 
 const NO_EVIDENCE: readonly ExecutionEvidence[] = Object.freeze([]);
+/** Characters a resumed attempt adds to its execution id (`/resume-<n>`). */
+const RESUME_SUFFIX_CHARS = 16;
+
+/** Outcomes of the approvals layer that never reached the executor carry the program's bare usage. */
+function withBareUsage(outcome: AttemptOutcome | WaitingOutcome, bare: CodeUsage): ResumableExecutionOutcome<unknown> {
+  const usage = "toolCalls" in outcome.usage ? outcome.usage : bare;
+  return Object.freeze({ ...outcome, usage }) as ResumableExecutionOutcome<unknown>;
+}
 
 function failed(
   code: ErrorCode,

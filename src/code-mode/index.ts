@@ -1,4 +1,5 @@
 /** `airlock-codemode/code-mode`: programs with digests, the executor, and sandbox adapters. */
+
 export {
   defineSandboxAdapter,
   isSandboxAdapter,
@@ -6,14 +7,26 @@ export {
   SANDBOX_FAILURE_REASONS,
   type SandboxAdapter,
   type SandboxAdapterDefinition,
+  type SandboxDeterministicRun,
   type SandboxExecuteRequest,
   type SandboxFailureReason,
   type SandboxProgram,
   type SandboxQualification,
   type SandboxResult,
   type SandboxToolsBridge,
+  type SequencedCallResult,
   type ToolCallResult,
 } from "./adapter.ts";
+export {
+  APPROVAL_VERIFY_TIMEOUT_MS,
+  type ApprovalDecision,
+  type ApprovalJournalStore,
+  type ApprovingHuman,
+  type CallApproval,
+  type CodeApprovalsOptions,
+  DEFAULT_CALL_APPROVAL_TTL_MS,
+  MAX_CALL_APPROVAL_TTL_MS,
+} from "./approvals.ts";
 export {
   type ExecutionEvidence,
   type ExecutionReceipt,
@@ -23,6 +36,7 @@ export {
 } from "./evidence.ts";
 export {
   ADAPTER_STOP_GRACE_MS,
+  type ApprovingCodeMode,
   AVAILABILITY_TIMEOUT_MS,
   CALL_SETTLE_GRACE_MS,
   type CodeExecuteOptions,
@@ -31,6 +45,7 @@ export {
   type CodeModeInvokeTool,
   type CodeToolCallContext,
   type CodeUsage,
+  type CodeWaitingOutcome,
   type CreateCodeModeOptions,
   createCodeMode,
   DEFAULT_MAX_TOOL_RESULT_BYTES,
@@ -38,6 +53,7 @@ export {
   MAX_CALL_ERROR_MESSAGE_CHARS,
   MAX_PROGRAM_ERROR_MESSAGE_CHARS,
   MAX_PROGRAM_ERROR_NAME_CHARS,
+  type ResumableExecutionOutcome,
 } from "./executor.ts";
 export {
   type AnyCodeProgram,

@@ -45,6 +45,12 @@ export interface ToolContext {
 export type GuardDecision = boolean | { readonly allow: boolean };
 
 /**
+ * Whether a person must approve a call before it runs, in a code mode with `approvals`: `never` (the default),
+ * `always`, or a function of the validated input that says true when this call needs one.
+ */
+export type ToolApproval<I = unknown> = "never" | "always" | ((input: I) => boolean);
+
+/**
  * A policy check that runs before a tool (after its input was validated and its permissions checked). `false` or
  * `{ allow: false }` blocks the call (`GUARD_BLOCKED`); a guard that throws or does not answer in time makes it
  * `GUARD_UNAVAILABLE`.
@@ -74,6 +80,8 @@ export interface ToolDefinition<I extends z.ZodType, O extends z.ZodType> {
   permissions?: readonly string[];
   /** Default `DEFAULT_TOOL_TIMEOUT_MS`. */
   timeoutMillis?: number;
+  /** Default `never`. See `ToolApproval`. */
+  approval?: ToolApproval<z.output<I>>;
 }
 
 export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.ZodType> {
@@ -90,7 +98,9 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   readonly roles: readonly string[];
   readonly permissions: readonly string[];
   readonly timeoutMillis: number;
-  /** SHA-256 over the canonical JSON of everything above except `execute` and the guards' code. */
+  // biome-ignore lint/suspicious/noExplicitAny: any input, so that `defineTool({ ...tool, input })` derives a tool.
+  readonly approval: ToolApproval<any>;
+  /** SHA-256 over the canonical JSON of everything above except `execute`, the guards' and the approval's code. */
   readonly digest: string;
   execute(input: z.output<I>, context: ToolContext): Promise<z.input<O>> | z.input<O>;
 }
@@ -111,6 +121,7 @@ const TOOL_DEFINITION_KEYS = [
     roles: true,
     permissions: true,
     timeoutMillis: true,
+    approval: true,
   }),
   ...optionKeys<Omit<Tool, keyof ToolDefinition<z.ZodType, z.ZodType>>>({ kind: true, digest: true }),
 ];
@@ -150,6 +161,10 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
     definition.timeoutMillis === undefined
       ? DEFAULT_TOOL_TIMEOUT_MS
       : checkInteger(definition.timeoutMillis, "tool timeoutMillis", 1, MAX_TOOL_TIMEOUT_MS);
+  const approval = definition.approval ?? "never";
+  if (approval !== "never" && approval !== "always" && typeof approval !== "function") {
+    throw configError("tool approval must be 'never', 'always' or a function of the input");
+  }
   const digest = jsonDigest(
     {
       kind: "airlock.tool/1",
@@ -163,6 +178,8 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
       permissions: [...permissions].sort(),
       timeoutMillis,
       guards: guards.map((g) => g.id),
+      // A tool that never asks keeps the digest it had before approvals existed.
+      ...(approval === "never" ? {} : { approval: typeof approval === "function" ? "input" : approval }),
       input: schemaDescription(input, "input"),
       output: schemaDescription(output, "output"),
     },
@@ -183,6 +200,7 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
     roles,
     permissions,
     timeoutMillis,
+    approval,
     digest,
     execute: (value: z.output<I>, context: ToolContext) => execute(value, context),
   });

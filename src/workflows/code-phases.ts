@@ -14,10 +14,10 @@ import { isCodeMode } from "../code-mode/evidence.ts";
 import type { CodeMode } from "../code-mode/executor.ts";
 import { ADAPTER_STOP_GRACE_MS, CALL_SETTLE_GRACE_MS } from "../code-mode/executor.ts";
 import { type AnyCodeProgram, isCodeProgram } from "../code-mode/program.ts";
-import { type JsonObject, tryCopyJson } from "../json/index.ts";
+import { domainDigest, type JsonObject, tryCopyJson } from "../json/index.ts";
 import { type AnyTool, defineTool, MAX_TOOL_TIMEOUT_MS, type ToolEffect } from "../tools/define.ts";
 import { AirlockError, configError } from "../tools/errors.ts";
-import { type Binding, defineWorkflow, hexDigest, isStepId, type WorkflowDefinition } from "./definition.ts";
+import { type Binding, defineWorkflow, isStepId, type WorkflowDefinition } from "./definition.ts";
 import type { NewRecord, StoredRecord } from "./records.ts";
 import { type ExecutionReceipt, RECEIPT_EXECUTIONS } from "./run-state.ts";
 
@@ -29,7 +29,7 @@ export const MAX_PHASES = 128;
 export const MAX_AUDIT_RECORD_BYTES = 64 * 1024;
 
 export const AUDIT_KIND = "code-audit";
-const AUDIT_DEFINITION = hexDigest("airlock:code-audit:v2", { format: 2 });
+const AUDIT_DEFINITION = domainDigest("airlock:code-audit:v2", { format: 2 });
 const OUTCOMES = ["succeeded", "failed", "blocked", "cancelled", "outcome_unknown"] as const;
 
 export interface DurableCodeAuditEntry {
@@ -186,7 +186,7 @@ function checkEntry(value: unknown, expected: { runId: string; phaseId: string }
 }
 
 function auditId(scopeHash: string, runId: string, phaseId: string): string {
-  return hexDigest("airlock:code-audit-id:v1", { scope: scopeHash, runId, phaseId });
+  return domainDigest("airlock:code-audit-id:v1", { scope: scopeHash, runId, phaseId });
 }
 
 function checkIdentity(record: StoredRecord, scopeHash: string, id: string): void {
@@ -219,7 +219,7 @@ export function createDurableCodeAudit(options: DurableCodeAuditOptions): Durabl
       throw configError(`the audit scope's ${key} must be a non-empty string of at most 256 characters`);
     }
   }
-  const scopeHash = hexDigest("airlock:scope:v1", { principalId: fields.principalId, projectId: fields.projectId });
+  const scopeHash = domainDigest("airlock:scope:v1", { principalId: fields.principalId, projectId: fields.projectId });
   const audit: DurableCodeAudit = Object.freeze({
     async inspect(runId: string, phaseId: string) {
       if (typeof runId !== "string" || !/^[a-f0-9]{64}$/.test(runId)) {
@@ -273,6 +273,9 @@ function phaseTool(mode: CodeMode, audit: DurableCodeAudit, phaseId: string, pro
   if (!isCodeProgram(program)) throw configError(`phase '${phaseId}' program must be made by defineCodeProgram`);
   const registration = audits.get(audit);
   if (registration === undefined) throw configError("use an audit made by createDurableCodeAudit");
+  if (program.tools.some((tool) => tool.approval !== "never")) {
+    throw configError(`phase '${phaseId}' is approved as a whole: its program's tools may not ask for approval again`);
+  }
   if (program.limits.maxToolCalls > MAX_PHASE_TOOL_CALLS) {
     throw new AirlockError(
       "LIMIT_EXCEEDED",
@@ -309,7 +312,7 @@ function phaseTool(mode: CodeMode, audit: DurableCodeAudit, phaseId: string, pro
       MAX_TOOL_TIMEOUT_MS,
     ),
     execute: async (input, context) => {
-      if (hexDigest("airlock:scope:v1", context.scope) !== registration.scopeHash) {
+      if (domainDigest("airlock:scope:v1", context.scope) !== registration.scopeHash) {
         throw new AirlockError("PERMISSION_DENIED", "the phase's audit belongs to another scope");
       }
       const executionId = `${context.callId}:sandbox`;

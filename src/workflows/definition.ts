@@ -4,9 +4,8 @@
  * and digest, effects, costs, approvals, bindings), so that a stored run can only be driven by the definition it was
  * submitted with.
  */
-import { createHash } from "node:crypto";
 import type { z } from "zod";
-import { canonicalJson, type JsonValue, jsonDigest, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
+import { type JsonValue, jsonDigest, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
 import { AirlockError, configError } from "../tools/errors.ts";
@@ -91,13 +90,6 @@ const workflows = new WeakSet<object>();
 /** True only for definitions made by `defineWorkflow` (copies and look-alikes are not). */
 export function isWorkflow(value: unknown): value is AnyWorkflow {
   return typeof value === "object" && value !== null && workflows.has(value);
-}
-
-/** The hex SHA-256 of a domain-separated value: ids and digests that stores and approvals compare. */
-export function hexDigest(domain: string, value: unknown): string {
-  return createHash("sha256")
-    .update(canonicalJson({ domain, value }, { maxBytes: MAX_JSON_BYTES }), "utf8")
-    .digest("hex");
 }
 
 export function isStepId(value: unknown): value is string {

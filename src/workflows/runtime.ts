@@ -5,14 +5,14 @@
  * committed store command before the tool is dispatched; nothing is replayed after a crash.
  */
 import type { z } from "zod";
-import { type JsonValue, tryCopyJson } from "../json/index.ts";
+import { domainDigest, type JsonValue, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { Budget } from "../tools/budget.ts";
 import { requiredPermissions, type Scope } from "../tools/define.ts";
 import { AirlockError, configError, type Outcome } from "../tools/errors.ts";
 import { copyScope, costOfOutcome, invokeTool } from "../tools/invoke.ts";
 import { parseWithSchema } from "../tools/validate.ts";
-import { type AnyWorkflow, hexDigest, isStepId, isWorkflow, resolveBinding } from "./definition.ts";
+import { type AnyWorkflow, isStepId, isWorkflow, resolveBinding } from "./definition.ts";
 import type { StoredEvent, StoredRecord } from "./records.ts";
 import {
   type ExecutionReceipt,
@@ -249,8 +249,8 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     throw configError("verifyExecution must be a function");
   }
 
-  const scopeHash = hexDigest("airlock:scope:v1", scope);
-  const policy = hexDigest("airlock:policy:v1", {
+  const scopeHash = domainDigest("airlock:scope:v1", scope);
+  const policy = domainDigest("airlock:policy:v1", {
     scope,
     permissions: [...granted].sort(),
     policyVersion: options.policyVersion,
@@ -599,7 +599,7 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
       const parsed = await parseWithSchema(definition.input, raw);
       if (!parsed.ok) throw new AirlockError("INVALID_INPUT", "the input does not match the workflow's input schema");
       const input = boundedJson(parsed.value, maxOutputBytes, "INVALID_INPUT");
-      const id = hexDigest("airlock:run-id:v1", { scope: scopeHash, idempotencyKey: key });
+      const id = domainDigest("airlock:run-id:v1", { scope: scopeHash, idempotencyKey: key });
       const { record } = await storage(() =>
         commands.submit({
           scope: scopeHash,
@@ -732,7 +732,7 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
             source: {
               kind: "external_reconciliation",
               authorityId: verdict.authorityId,
-              attestationHash: hexDigest("airlock:attestation:v1", verdict),
+              attestationHash: domainDigest("airlock:attestation:v1", verdict),
             },
           }),
         ),

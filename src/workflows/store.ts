@@ -7,9 +7,8 @@
  * succeeded | failed | blocked | unknown. A job is `started` in storage before its tool is dispatched, so a worker
  * that dies after that point leaves `outcome_unknown`, never a second dispatch.
  */
-import { canonicalJson, type JsonObject, type JsonValue, MAX_JSON_BYTES } from "../json/index.ts";
+import { canonicalJson, domainDigest, type JsonObject, type JsonValue, MAX_JSON_BYTES } from "../json/index.ts";
 import { AirlockError, type ErrorCode } from "../tools/errors.ts";
-import { hexDigest } from "./definition.ts";
 import {
   MAX_EVENTS_PER_READ,
   type Mutation,
@@ -312,7 +311,7 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
         const live = step.approval !== null && step.approval.expiresAt > now;
         if (live && step.status !== "pending" && sameJson(step.input, cmd.input)) return false;
         const expiresAt = now + run.approvalTtlMs;
-        const digest = hexDigest("airlock:approval:v1", {
+        const digest = domainDigest("airlock:approval:v1", {
           runId: cmd.id,
           nodeId: cmd.nodeId,
           tool: node.toolId,
