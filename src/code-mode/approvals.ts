@@ -738,30 +738,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
       if (!copied.ok || typeof (scope as { projectId?: unknown })?.projectId !== "string") {
         throw new AirlockError("INVALID_INPUT", "approvals need a scope with a projectId");
       }
-      let human: ApprovingHuman;
-      try {
-        let timer: ReturnType<typeof setTimeout> | undefined;
-        human = await Promise.race([
-          Promise.resolve().then(() => verifyHuman(credential)),
-          new Promise<never>((_, reject) => {
-            timer = setTimeout(() => reject(new Error("timed out")), APPROVAL_VERIFY_TIMEOUT_MS);
-          }),
-        ]).finally(() => clearTimeout(timer));
-        if (
-          typeof human?.id !== "string" ||
-          human.id.length === 0 ||
-          human.id.length > 256 ||
-          human.projectId !== scope.projectId ||
-          human.canApprove !== true
-        ) {
-          throw new Error("refused");
-        }
-      } catch {
-        throw new AirlockError(
-          "PERMISSION_DENIED",
-          "the credential does not belong to a person who may approve in this project",
-        );
-      }
+      const human = await verifyApprover(verifyHuman, credential, scope.projectId as string);
       const sh = scopeHash(copied.json.value as Scope);
       let expired = false;
       await setState(sh, journalId(executionId), (journal, now) => {
@@ -781,6 +758,40 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
       return { status: verdict };
     },
   };
+}
+
+/**
+ * Asks `verifyHuman` about a credential: the person must belong to `projectId` and be allowed to approve, else
+ * PERMISSION_DENIED (also when the verifier throws or takes longer than `APPROVAL_VERIFY_TIMEOUT_MS`). Only the
+ * person's id is kept by whoever records the decision; the credential goes nowhere.
+ */
+export async function verifyApprover(
+  verifyHuman: ((credential: unknown) => ApprovingHuman | Promise<ApprovingHuman>) | undefined,
+  credential: unknown,
+  projectId: string,
+): Promise<ApprovingHuman> {
+  if (typeof verifyHuman !== "function") throw new AirlockError("PERMISSION_DENIED", "there is no verifyHuman to ask");
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const human = await Promise.race([
+      Promise.resolve().then(() => verifyHuman(credential)),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("timed out")), APPROVAL_VERIFY_TIMEOUT_MS);
+      }),
+    ]);
+    const { id, projectId: project, canApprove } = human ?? ({} as ApprovingHuman);
+    if (typeof id !== "string" || id.length === 0 || id.length > 256 || project !== projectId || canApprove !== true) {
+      throw new Error("refused");
+    }
+    return Object.freeze({ id, projectId: project, canApprove });
+  } catch {
+    throw new AirlockError(
+      "PERMISSION_DENIED",
+      "the credential does not belong to a person who may approve in this project",
+    );
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function refusal(code: ErrorCode, message: string): AttemptOutcome {

@@ -5,6 +5,7 @@
  * committed store command before the tool is dispatched; nothing is replayed after a crash.
  */
 import type { z } from "zod";
+import { verifyApprover } from "../code-mode/approvals.ts";
 import { domainDigest, type JsonValue, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { Budget } from "../tools/budget.ts";
@@ -138,6 +139,13 @@ export interface ScheduledWorkflowRuntime {
   /** Drives the run until nothing more can happen now: it settled, or it waits for a person or another worker. */
   runUntilSettled(definition: AnyWorkflow, id: string): Promise<WorkflowSnapshot>;
   approve(command: {
+    readonly id: string;
+    readonly nodeId: string;
+    readonly digest: string;
+    readonly credential: unknown;
+  }): Promise<WorkflowSnapshot>;
+  /** Refuses a waiting step: it is blocked without running, and so is the run. Checked as `approve` is. */
+  reject(command: {
     readonly id: string;
     readonly nodeId: string;
     readonly digest: string;
@@ -561,28 +569,7 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     return snapshot(await load(id));
   }
 
-  const verify = async (credential: unknown): Promise<VerifiedHuman> => {
-    if (verifyHuman === undefined) throw new AirlockError("PERMISSION_DENIED", "this runtime has no verifyHuman");
-    try {
-      const human = await bounded(() => verifyHuman(credential), VERIFY_TIMEOUT_MS);
-      const { id, projectId: project, canApprove } = human;
-      if (
-        typeof id !== "string" ||
-        id.length === 0 ||
-        id.length > 256 ||
-        project !== projectId ||
-        canApprove !== true
-      ) {
-        throw new Error("refused");
-      }
-      return { id, projectId: project, canApprove };
-    } catch {
-      throw new AirlockError(
-        "PERMISSION_DENIED",
-        "the credential does not belong to a person who may approve in this project",
-      );
-    }
-  };
+  const verify = (credential: unknown) => verifyApprover(verifyHuman, credential, projectId);
 
   const runtime: ScheduledWorkflowRuntime = {
     async submit(definition, command) {
@@ -658,6 +645,18 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
       const human = await verify(credential);
       open();
       return snapshot(await storage(() => commands.approve({ ...base, nodeId, digest, humanId: human.id })));
+    },
+
+    async reject(command) {
+      open();
+      const { id, nodeId, digest, credential } = command ?? {};
+      const base = access(id);
+      if (!isStepId(nodeId) || typeof digest !== "string" || !HEX64.test(digest)) {
+        throw new AirlockError("INVALID_INPUT", "reject needs a step id and the 64-hex digest of its approval");
+      }
+      const human = await verify(credential);
+      open();
+      return snapshot(await storage(() => commands.reject({ ...base, nodeId, digest, humanId: human.id })));
     },
 
     async reconcile(definition, command) {

@@ -89,6 +89,8 @@ export interface WorkflowCommands {
   inspect(access: RunAccess): Promise<StoredRecord>;
   requestApproval(command: RunAccess & { nodeId: string; input: JsonValue }): Promise<StoredRecord>;
   approve(command: RunAccess & { nodeId: string; digest: string; humanId: string }): Promise<StoredRecord>;
+  /** A person refused the step: it ends blocked without running. */
+  reject(command: RunAccess & { nodeId: string; digest: string; humanId: string }): Promise<StoredRecord>;
   prepare(command: RunAccess & { nodeId: string; input: JsonValue }): Promise<StoredRecord>;
   /** Leases up to `limit` jobs to `workerId`; skips a run another transaction holds (no claims then). */
   claim(command: RunAccess & { workerId: string; limit: number; leaseMs: number }): Promise<Claim[]>;
@@ -344,6 +346,18 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
         step.status = "approved";
         step.approval = { ...approval, humanId: cmd.humanId };
         events.push({ type: "step.approved", data: { nodeId: cmd.nodeId, humanId: cmd.humanId } });
+        return true;
+      }),
+
+    reject: (cmd) =>
+      command(cmd, (run, _now, events) => {
+        const node = nodeOf(run, cmd.nodeId);
+        const step = stepOf(run, cmd.nodeId);
+        if (step.status !== "waiting" || step.approval === null || step.approval.digest !== cmd.digest) {
+          throw new WorkflowConflict("conflict", "the digest is not the pending approval of that step");
+        }
+        step.approval = { ...step.approval, humanId: cmd.humanId };
+        endUnstarted(step, node, "blocked", events, "rejected");
         return true;
       }),
 
