@@ -3,6 +3,13 @@
  * transaction that locks its run's row (`SELECT ... FOR UPDATE`); a worker claiming work locks with `SKIP LOCKED`, so
  * that workers racing for a run never wait on each other and never both take the same step. Times come from the
  * database's clock, so that leases and approval expiries mean the same on every machine.
+ *
+ * Why no job library (graphile-worker, pg-boss) holds the leases: a step must be marked started in the same
+ * transaction that checks its lease's fence on the run's row, and a started step whose worker died must never run
+ * again. Both libraries own their job rows and transactions and retry a job whose worker vanished; graphile-worker
+ * treats a lock as stale only after a fixed 4 hours (a killed worker's step would wait that long, where a lease here is
+ * seconds), and the current versions of both need Node 22 (graphile-worker 0.18, pg-boss 11 and 12; pg-boss 10 has no
+ * heartbeat to renew a lease).
  */
 import { createRequire } from "node:module";
 import type { Pool, PoolClient, PoolConfig } from "pg";
