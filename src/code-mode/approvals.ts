@@ -685,39 +685,32 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
       return true;
     });
 
-  return {
-    async execute(program, input, context, attempt, adapter) {
-      if (!adapter.deterministic) {
-        return refusal(
-          "UNSUPPORTED_PROFILE",
-          "single-call approvals need an adapter that runs programs deterministically",
-        );
-      }
-      try {
-        const claimed = await claim(program, context, input, true);
-        if (!("owner" in claimed)) return claimed;
-        return await runAttempt(program, context.scope, claimed.state, claimed.owner, attempt, adapter);
-      } catch (error) {
-        return fromError(error);
-      }
-    },
+  /** A first attempt (`resume` false), or the continuation of a decided or abandoned one. */
+  const start = async (
+    resume: boolean,
+    ...[program, input, context, attempt, adapter]: Parameters<CallApprovals["execute"]>
+  ): Promise<AttemptOutcome | WaitingOutcome> => {
+    if (!adapter.deterministic) {
+      return refusal(
+        "UNSUPPORTED_PROFILE",
+        "single-call approvals need an adapter that runs programs deterministically",
+      );
+    }
+    try {
+      const claimed = await claim(program, context, input, !resume);
+      if (!("owner" in claimed)) return claimed;
+      const state = resume
+        ? await startReplay(scopeHash(context.scope), journalId(context.executionId), claimed.owner)
+        : claimed.state;
+      return await runAttempt(program, context.scope, state, claimed.owner, attempt, adapter);
+    } catch (error) {
+      return fromError(error);
+    }
+  };
 
-    async resume(program, input, context, attempt, adapter) {
-      if (!adapter.deterministic) {
-        return refusal(
-          "UNSUPPORTED_PROFILE",
-          "single-call approvals need an adapter that runs programs deterministically",
-        );
-      }
-      try {
-        const claimed = await claim(program, context, input, false);
-        if (!("owner" in claimed)) return claimed;
-        const running = await startReplay(scopeHash(context.scope), journalId(context.executionId), claimed.owner);
-        return await runAttempt(program, context.scope, running, claimed.owner, attempt, adapter);
-      } catch (error) {
-        return fromError(error);
-      }
-    },
+  return {
+    execute: (...args) => start(false, ...args),
+    resume: (...args) => start(true, ...args),
 
     async decide(decision, verdict) {
       if (typeof decision !== "object" || decision === null)
