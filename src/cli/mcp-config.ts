@@ -1,6 +1,7 @@
 /**
  * `--config <mcp.json>` of `run` and `declarations`: the MCP servers of a config (the format `serve` reads), connected
- * with a line of progress on a terminal, their tools named `<server>__<tool>` as the gateway names them.
+ * with a line of progress on a terminal, their tools named `<server>__<tool>` as the gateway names them. A server
+ * that does not start fails the command.
  */
 import { resolve } from "node:path";
 import type { McpToolset } from "../mcp/index.ts";
@@ -30,11 +31,19 @@ export async function connectConfig(
     `connecting to ${names.length} MCP server${names.length === 1 ? "" : "s"} (${names.join(", ")})…`,
   );
   try {
-    return await mcp.connectMcpServers(config, {
+    const toolset = await mcp.connectMcpServers(config, {
       readOnly: options.readOnly,
       clientInfo: { name: "airlock", version: version() },
       onWarning: warn,
     });
+    // The gateway serves the other servers while one is down and retries it; a one-shot command cannot wait for
+    // that, and a run without one of its servers would fail later and less clearly.
+    const down = toolset.down[0]?.down;
+    if (down !== undefined) {
+      await toolset.close();
+      throw new CommandError(down.error.message);
+    }
+    return toolset;
   } catch (error) {
     if (error instanceof mcp.McpUpstreamError || error instanceof mcp.McpToolCollisionError) {
       throw new CommandError(error.message);
