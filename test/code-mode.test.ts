@@ -121,13 +121,14 @@ describe("the example of issue 5", () => {
       return `${outcome.error.code}: ${outcome.error.message}`;
     }
     const usage = { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0, maximumCostMicros: 0 };
-    expect(feedback({ status: "succeeded", output: 1, usage })).toBe("ok");
+    expect(feedback({ status: "succeeded", output: 1, usage, evidence: [] })).toBe("ok");
     expect(
       feedback({
         status: "failed",
         error: { code: "TOOL_FAILED", message: "m" },
         programError: { name: "Error", message: "boom" },
         usage,
+        evidence: [],
       }),
     ).toBe("Your program threw Error: boom");
     expect(typeof broker).toBe("function");

@@ -437,6 +437,8 @@ describe("codes", () => {
         "UNSUPPORTED_PROFILE",
         "NOT_FOUND",
         "CONFLICT",
+        "STORAGE_UNAVAILABLE",
+        "INTEGRITY_VIOLATION",
       ].sort(),
     );
   });

@@ -91,6 +91,7 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
       id: QUICKJS_ADAPTER_ID,
       version: QUICKJS_ADAPTER_VERSION,
       qualification: "production",
+      deterministic: true,
       isAvailable: () => {
         if (closed) return false;
         try {

@@ -16,7 +16,7 @@
  *   throws is left to the engine, which alone knows whether an allocation was really refused.
  * The executor checks every envelope again; a program that forges the wrapper's answer only fails itself.
  */
-import type { SandboxExecuteRequest, SandboxResult } from "../code-mode/adapter.ts";
+import type { SandboxDeterministicRun, SandboxExecuteRequest, SandboxResult } from "../code-mode/adapter.ts";
 import { MAX_PROGRAM_ERROR_MESSAGE_CHARS, MAX_PROGRAM_ERROR_NAME_CHARS } from "../code-mode/outcome.ts";
 import type { Launcher } from "../host/launcher.ts";
 import { runProgram } from "../host/program.ts";
@@ -68,6 +68,19 @@ function thrownOf(envelope: { e?: unknown }): { name: string; message: string } 
   return typeof name === "string" && typeof message === "string" ? { name, message } : undefined;
 }
 
+/** The host's replayable run, answered by the executor's sequenced calls. */
+function replayable(run: SandboxDeterministicRun) {
+  return {
+    startedAt: run.startedAt,
+    seed: run.seed,
+    sequencedCall: async (toolId: string, input: unknown) => {
+      const { result, seq, now } = await run.call(toolId, input);
+      return { value: result, seq, now };
+    },
+    onFingerprint: (fingerprint: string) => run.onFingerprint?.(fingerprint),
+  };
+}
+
 export async function executeOnLauncher(launcher: Launcher, request: SandboxExecuteRequest): Promise<SandboxResult> {
   const { program } = request;
   // QuickJS runs JavaScript, and programs here import nothing.
@@ -83,6 +96,7 @@ export async function executeOnLauncher(launcher: Launcher, request: SandboxExec
     wallTimeMs: limits.wallTimeMillis + VM_WALL_SLACK_MS,
     signal: request.signal,
     call: (toolId, input, signal) => request.tools.call(toolId, input, signal),
+    ...(request.deterministic === undefined ? {} : { deterministic: replayable(request.deterministic) }),
   });
   if (result.status === "succeeded") {
     const envelope = result.output as { j?: unknown; e?: unknown } | null;

@@ -5,6 +5,7 @@
 import { declarationsCommand } from "./declarations.ts";
 import type { Progress } from "./progress.ts";
 import { runCommand } from "./run.ts";
+import { approvalsCommand, approveCommand, rejectCommand, runsCommand } from "./runs.ts";
 import { serveCommand } from "./serve.ts";
 
 /** What a command may touch of the process, so that it never reaches for globals it does not need. */
@@ -32,7 +33,15 @@ export interface Command {
   run(argv: string[], io: CliIo): Promise<number>;
 }
 
-export const commands: readonly Command[] = [runCommand, declarationsCommand, serveCommand];
+export const commands: readonly Command[] = [
+  runCommand,
+  declarationsCommand,
+  serveCommand,
+  runsCommand,
+  approvalsCommand,
+  approveCommand,
+  rejectCommand,
+];
 
 export function findCommand(name: string): Command | undefined {
   return commands.find((command) => command.name === name);

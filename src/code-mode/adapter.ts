@@ -57,6 +57,26 @@ export interface SandboxToolsBridge {
   call(toolId: string, input: unknown, signal?: AbortSignal): Promise<ToolCallResult>;
 }
 
+/** A call's result with its place in a replayable run: applied as result `seq`, with the clock moved to `now`. */
+export interface SequencedCallResult {
+  readonly result: ToolCallResult;
+  readonly seq: number;
+  readonly now: number;
+}
+
+/**
+ * Set on requests to adapters that declare `deterministic: true`: run the program so that it can be replayed. Its
+ * clock starts at `startedAt` and moves only to the `now` of each result, its randomness comes from `seed`, and the
+ * results of its calls (made through `call` here, not `tools.call`) are applied in `seq` order.
+ */
+export interface SandboxDeterministicRun {
+  readonly startedAt: number;
+  readonly seed: number;
+  call(toolId: string, input: unknown): Promise<SequencedCallResult>;
+  /** Told the engine's fingerprint before the program runs: a replay must run on the same engine. */
+  onFingerprint?(fingerprint: string): void;
+}
+
 export interface SandboxExecuteRequest {
   readonly program: SandboxProgram;
   /** The validated input, and the same as JSON text. */
@@ -65,6 +85,7 @@ export interface SandboxExecuteRequest {
   readonly tools: SandboxToolsBridge;
   /** Aborts when the execution ends early (wall time, the caller's signal, a limit); stop the program then. */
   readonly signal: AbortSignal;
+  readonly deterministic?: SandboxDeterministicRun;
 }
 
 export interface ProgramErrorInfo {
@@ -94,6 +115,8 @@ export interface SandboxAdapterDefinition {
   /** Whether the sandbox can run programs now. An unavailable adapter fails the execution; nothing runs on the host. */
   isAvailable(): boolean | Promise<boolean>;
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
+  /** The adapter honours `request.deterministic` (needed for single-call approvals). Default false. */
+  deterministic?: boolean;
 }
 
 export interface SandboxAdapter {
@@ -101,6 +124,7 @@ export interface SandboxAdapter {
   readonly id: string;
   readonly version: string;
   readonly qualification: SandboxQualification;
+  readonly deterministic: boolean;
   isAvailable(): boolean | Promise<boolean>;
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
 }
@@ -118,6 +142,7 @@ const ADAPTER_DEFINITION_KEYS = optionKeys<SandboxAdapterDefinition>({
   qualification: true,
   isAvailable: true,
   execute: true,
+  deterministic: true,
 });
 
 const adapters = new WeakSet<object>();
@@ -157,12 +182,15 @@ export function makeSandboxAdapter<X extends object>(
   }
   if (typeof isAvailable !== "function") throw configError("adapter isAvailable must be a function");
   if (typeof execute !== "function") throw configError("adapter execute must be a function");
+  const deterministic = definition.deterministic ?? false;
+  if (typeof deterministic !== "boolean") throw configError("adapter deterministic must be a boolean");
   const adapter = Object.freeze({
     ...extra,
     kind: "airlock.sandbox-adapter" as const,
     id,
     version,
     qualification,
+    deterministic,
     isAvailable: () => isAvailable.call(definition),
     execute: (request: SandboxExecuteRequest) => execute.call(definition, request),
   });

@@ -5,7 +5,8 @@
  * read once and handed to the program as a JSON copy within the execution's response budget. A call whose outcome
  * cannot be known (the broker threw, answered something unreadable, or did not settle in time after the execution
  * ended) is counted as unknown. Once the execution was stopped or ended, a retained bridge answers every call with the
- * stop's code (TIMEOUT, CANCELLED, LIMIT_EXCEEDED) or CONFLICT, and nothing reaches the broker.
+ * stop's code (TIMEOUT, CANCELLED, LIMIT_EXCEEDED) or CONFLICT, and nothing reaches the broker. Every call handed to
+ * the broker leaves a receipt (evidence.ts), in the order they were handed over.
  */
 import { type JsonValue, tryCopyJson } from "../json/index.ts";
 import type { AnyTool, Scope } from "../tools/define.ts";
@@ -14,6 +15,7 @@ import { costOfOutcome } from "../tools/invoke.ts";
 import type { CallerTools } from "../tools/registry.ts";
 import { traceRunCall } from "../tracing/index.ts";
 import type { ToolCallResult } from "./adapter.ts";
+import { type ExecutionEvidence, receiptOf, unknownReceipt } from "./evidence.ts";
 import { clip } from "./outcome.ts";
 import type { AnyCodeProgram } from "./program.ts";
 
@@ -78,6 +80,8 @@ export const callResult = (code: ErrorCode, message: string): ToolCallResult =>
 
 export class ToolCalls {
   readonly usage: CallUsage = { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0 };
+  /** A receipt per call handed to the broker, once the broker answered or was given up. */
+  readonly evidence: ExecutionEvidence[] = [];
   /** Why no call starts any more: the execution's stop, or its end. */
   private closed: ToolCallResult | undefined;
   private readonly giveUp: Promise<void>;
@@ -183,9 +187,10 @@ export class ToolCalls {
     try {
       if (signal.aborted) return callResult("CANCELLED", "the call was cancelled before it started");
       this.usage.toolCalls += 1;
+      const callId = `${options.executionId}${CALL_ID_INFIX}${this.usage.toolCalls}`;
       const context: CodeToolCallContext = Object.freeze({
         runId: options.runId,
-        callId: `${options.executionId}${CALL_ID_INFIX}${this.usage.toolCalls}`,
+        callId,
         executionId: options.executionId,
         scope: options.scope,
         signal,
@@ -206,8 +211,15 @@ export class ToolCalls {
         ),
         this.giveUp.then(() => ({ kind: "gave_up" as const })),
       ]);
-      if (answer.kind !== "answer") return this.unknown(tool.costMicros);
-      return this.accept(tool, answer.value);
+      if (answer.kind !== "answer") {
+        this.evidence.push(Object.freeze({ runId: options.runId, receipt: unknownReceipt(callId, tool.id) }));
+        return this.unknown(tool.costMicros);
+      }
+      const seen: { status?: unknown } = {};
+      const result = this.accept(tool, answer.value, seen);
+      const receipt = receiptOf(callId, tool.id, seen.status, costOfOutcome(answer.value) !== undefined, result);
+      this.evidence.push(Object.freeze({ runId: options.runId, receipt }));
+      return result;
     } finally {
       this.releaseSlot();
     }
@@ -231,8 +243,11 @@ export class ToolCalls {
     return callResult("LIMIT_EXCEEDED", message);
   }
 
-  /** Checks the broker's outcome and hands the program a JSON copy, within the response budget. */
-  private accept(tool: AnyTool, value: unknown): ToolCallResult {
+  /**
+   * Checks the broker's outcome and hands the program a JSON copy, within the response budget. `seen.status` gets the
+   * status the broker's outcome had, for the call's receipt.
+   */
+  private accept(tool: AnyTool, value: unknown, seen: { status?: unknown }): ToolCallResult {
     const recorded = costOfOutcome(value);
     if (typeof value !== "object" || value === null) return this.unknown(tool.costMicros);
     // Each field is read once, here: a getter that throws (or answers differently the second time) makes the
@@ -242,6 +257,7 @@ export class ToolCalls {
     let error: { code?: unknown; message?: unknown } | undefined;
     try {
       status = (value as { status?: unknown }).status;
+      seen.status = status;
       if (status === "succeeded") output = (value as { output?: unknown }).output;
       else {
         const found = (value as { error?: unknown }).error as { code?: unknown; message?: unknown } | undefined;

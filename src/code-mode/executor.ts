@@ -10,6 +10,9 @@
  *    (LIMIT_EXCEEDED);
  * 3. the sandbox's answer: the program threw (TOOL_FAILED with `programError`), a CPU or memory limit
  *    (LIMIT_EXCEEDED), an output that is not JSON or does not match the output schema (INVALID_OUTPUT), ...
+ *
+ * A code mode made with `approvals` runs programs whose tools may ask a person (approvals.ts): each run of such a
+ * program is an attempt of this executor on an adapter the approvals layer wraps with its journal.
  */
 import type { z } from "zod";
 import { tryCopyJson } from "../json/index.ts";
@@ -28,7 +31,16 @@ import {
   type SandboxResult,
   type SandboxToolsBridge,
 } from "./adapter.ts";
+import {
+  type ApprovalDecision,
+  type AttemptOutcome,
+  type CallApproval,
+  type CodeApprovalsOptions,
+  createCallApprovals,
+  type WaitingOutcome,
+} from "./approvals.ts";
 import { CALL_ID_INFIX, type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";
+import { brandCodeMode, type ExecutionEvidence } from "./evidence.ts";
 import { EXECUTION_ID_MEMORY, ExecutionIds } from "./execution-ids.ts";
 import {
   type AdmittedAnswer,
@@ -52,6 +64,8 @@ export interface CreateCodeModeOptions<A extends SandboxAdapter = SandboxAdapter
   allowTestAdapter?: boolean;
   /** Total bytes of tool results one execution may receive; default `DEFAULT_MAX_TOOL_RESULT_BYTES`. */
   maxToolResultBytes?: number;
+  /** Lets programs pause at calls of tools with `approval` until a person decides (see approvals.ts). */
+  approvals?: CodeApprovalsOptions;
 }
 
 export interface CodeExecuteOptions {
@@ -71,6 +85,7 @@ const CREATE_CODE_MODE_KEYS = optionKeys<CreateCodeModeOptions>({
   invokeTool: true,
   allowTestAdapter: true,
   maxToolResultBytes: true,
+  approvals: true,
 });
 const EXECUTE_KEYS = optionKeys<CodeExecuteOptions>({
   runId: true,
@@ -89,6 +104,40 @@ export interface CodeMode<A extends SandboxAdapter = SandboxAdapter> {
   ): Promise<CodeExecutionOutcome<z.output<O>>>;
 }
 
+/** The program reached a call a person must approve: `approve` or `reject` it, then `resume`. */
+export interface CodeWaitingOutcome {
+  readonly status: "waiting";
+  readonly approval: CallApproval;
+  readonly usage: CodeUsage;
+  readonly evidence: readonly ExecutionEvidence[];
+}
+
+/** What an execution of a code mode with approvals ends with. */
+export type ResumableExecutionOutcome<T> = CodeExecutionOutcome<T> | CodeWaitingOutcome;
+
+/** A code mode made with `approvals`: its executions may wait for a person. */
+export interface ApprovingCodeMode<A extends SandboxAdapter = SandboxAdapter> {
+  readonly adapter: A;
+  execute<I extends z.ZodType, O extends z.ZodType>(
+    program: CodeProgram<I, O>,
+    input: unknown,
+    options: CodeExecuteOptions,
+  ): Promise<ResumableExecutionOutcome<z.output<O>>>;
+  /** Approves the pending call of a waiting execution (PERMISSION_DENIED, CONFLICT for another digest). */
+  approve(decision: ApprovalDecision): Promise<{ status: "approved" }>;
+  /** Rejects it: the program gets that call's result `{ status: 'blocked', error: { code: 'GUARD_BLOCKED' } }`. */
+  reject(decision: ApprovalDecision): Promise<{ status: "rejected" }>;
+  /** Continues a decided execution (same runId, executionId, scope; any process on the same store). */
+  resume<I extends z.ZodType, O extends z.ZodType>(
+    program: CodeProgram<I, O>,
+    input: unknown,
+    options: CodeExecuteOptions,
+  ): Promise<ResumableExecutionOutcome<z.output<O>>>;
+}
+
+/** Characters a resumed attempt adds to its execution id (`/resume-<n>`). */
+const RESUME_SUFFIX_CHARS = 16;
+
 function delay(ms: number): { promise: Promise<void>; cancel(): void } {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const promise = new Promise<void>((resolve) => {
@@ -97,7 +146,13 @@ function delay(ms: number): { promise: Promise<void>; cancel(): void } {
   return { promise, cancel: () => clearTimeout(timer) };
 }
 
-export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeModeOptions<A>): CodeMode<A> {
+export function createCodeMode<A extends SandboxAdapter>(
+  options: CreateCodeModeOptions<A> & { approvals: CodeApprovalsOptions },
+): ApprovingCodeMode<A>;
+export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeModeOptions<A>): CodeMode<A>;
+export function createCodeMode<A extends SandboxAdapter>(
+  options: CreateCodeModeOptions<A>,
+): CodeMode<A> | ApprovingCodeMode<A> {
   if (typeof options !== "object" || options === null) {
     throw configError("createCodeMode needs { adapter, invokeTool }");
   }
@@ -124,12 +179,15 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
     throw configError("maxToolResultBytes must be a positive integer");
   }
   const ids = new ExecutionIds(EXECUTION_ID_MEMORY);
+  const approvals = options.approvals === undefined ? undefined : createCallApprovals(options.approvals);
 
-  const execute = (
+  /** `execute`, or with `resume` set, the continuation of a paused execution. */
+  const launch = (
     program: AnyCodeProgram,
     input: unknown,
     executeOptions: CodeExecuteOptions,
-  ): Promise<CodeExecutionOutcome<unknown>> => {
+    resume: boolean,
+  ): Promise<ResumableExecutionOutcome<unknown>> => {
     const maximumCostMicros = isCodeProgram(program) ? program.maximumCostMicros : 0;
     const bare: CodeUsage = Object.freeze({
       toolCalls: 0,
@@ -160,26 +218,86 @@ export function createCodeMode<A extends SandboxAdapter>(options: CreateCodeMode
           `executionId must be a string of 1-${maxChars} characters (its call ids, executionId${CALL_ID_INFIX}n, have at most ${MAX_ID_CHARS})`,
         );
       }
-      if (!ids.claim(executionId)) {
+      const durable = program.tools.some((tool) => tool.approval !== "never");
+      if (durable && approvals === undefined) {
+        return refuse(
+          "INVALID_CONFIG",
+          "the program has tools that ask for approval: pass approvals to createCodeMode",
+        );
+      }
+      if (resume && !durable) return refuse("INVALID_CONFIG", "only programs with approval tools can be resumed");
+      // A resumed execution keeps its id; the journal in the store refuses a second one with it.
+      if (!resume && !ids.claim(executionId)) {
         return refuse("CONFLICT", "the executionId is running or was used by a recent execution; use a new one");
       }
-      claimed = executionId;
+      if (!resume) claimed = executionId;
+      const finish = () => {
+        if (claimed !== undefined) ids.finish(claimed);
+      };
       // The input is copied before execute() returns: the caller changing it later changes nothing.
       const copied = tryCopyJson(input, { maxBytes: program.limits.maxInputBytes });
-      const run = new Execution(program, adapter, invokeTool, options, maximumCostMicros, maxToolResultBytes);
       const attributes = { "airlock.program.id": program.id, "airlock.program.digest": program.digest };
-      return traceRun(run, "airlock.code_mode.execute", attributes, () => run.start(copied))
-        .catch(() =>
+      /** One run of the executor: the whole execution, or one attempt of a resumable one. */
+      const attempt = (attemptAdapter: SandboxAdapter, attemptOptions: CodeExecuteOptions) => {
+        const run = new Execution(
+          program,
+          attemptAdapter,
+          invokeTool,
+          attemptOptions,
+          maximumCostMicros,
+          maxToolResultBytes,
+        );
+        return traceRun(run, "airlock.code_mode.execute", attributes, () => run.start(copied)).catch(() =>
           failed("OUTCOME_UNKNOWN", "the executor failed; the execution's effects are unknown", undefined, bare),
-        )
-        .finally(() => ids.finish(executionId));
+        );
+      };
+      if (!durable || approvals === undefined) return attempt(adapter, options).finally(finish);
+      const scope = copyScope(options.scope);
+      if (scope === undefined || !isId(options.runId) || executionId.length > maxChars - RESUME_SUFFIX_CHARS) {
+        finish();
+        return refuse(
+          "INVALID_CONFIG",
+          `a resumable execution needs a runId, a scope, and an executionId of at most ${maxChars - RESUME_SUFFIX_CHARS} characters`,
+        );
+      }
+      if (!copied.ok) {
+        finish();
+        return refuse(copied.error.code, `the input was refused: ${copied.error.message}`);
+      }
+      const context = { runId: options.runId, executionId, scope };
+      const runAttempt = (attemptAdapter: SandboxAdapter, attemptId: string) =>
+        attempt(attemptAdapter, { ...options, executionId: attemptId }) as Promise<AttemptOutcome>;
+      const running = resume
+        ? approvals.resume(program, copied.json, context, runAttempt, adapter)
+        : approvals.execute(program, copied.json, context, runAttempt, adapter);
+      return running.then((outcome) => withBareUsage(outcome, bare)).finally(finish);
     } catch {
       if (claimed !== undefined) ids.finish(claimed);
       return refuse("INVALID_CONFIG", "execute could not read its arguments");
     }
   };
 
-  return Object.freeze({ adapter, execute }) as CodeMode<A>;
+  const execute = (program: AnyCodeProgram, input: unknown, executeOptions: CodeExecuteOptions) =>
+    launch(program, input, executeOptions, false);
+  const resume = (program: AnyCodeProgram, input: unknown, executeOptions: CodeExecuteOptions) =>
+    launch(program, input, executeOptions, true);
+  const decide =
+    <V extends "approved" | "rejected">(verdict: V) =>
+    async (decision: ApprovalDecision): Promise<{ status: V }> => {
+      if (approvals === undefined) throw configError("this code mode has no approvals");
+      return (await approvals.decide(decision, verdict)) as { status: V };
+    };
+  return brandCodeMode(
+    Object.freeze({ adapter, execute, resume, approve: decide("approved"), reject: decide("rejected") }) as
+      | CodeMode<A>
+      | ApprovingCodeMode<A>,
+  );
+}
+
+/** Outcomes of the approvals layer that never reached the executor carry the program's bare usage. */
+function withBareUsage(outcome: AttemptOutcome | WaitingOutcome, bare: CodeUsage): ResumableExecutionOutcome<unknown> {
+  const usage = "toolCalls" in outcome.usage ? outcome.usage : bare;
+  return Object.freeze({ ...outcome, usage }) as ResumableExecutionOutcome<unknown>;
 }
 
 /** One execution: its checks, the sandbox run, its stops, and the outcome once every call settled. */
@@ -203,8 +321,13 @@ class Execution {
     return Object.freeze({ ...usage, maximumCostMicros: this.maximumCostMicros });
   }
 
+  /** The receipts of the calls so far, as a frozen copy. */
+  private receipts(): readonly ExecutionEvidence[] {
+    return Object.freeze([...(this.calls?.evidence ?? [])]);
+  }
+
   private fail(code: ErrorCode, message: string): CodeExecutionOutcome<never> {
-    return failed(code, message, undefined, this.snapshot());
+    return failed(code, message, undefined, this.snapshot(), this.receipts());
   }
 
   /** Ends the run early with `code`; the first stop wins. A bridge the program kept answers its calls with `code`. */
@@ -372,10 +495,11 @@ class Execution {
           "the outcome of a tool call is unknown, so the effects of the execution are unknown",
           programError,
           this.snapshot(),
+          this.receipts(),
         ),
       );
     }
     if (this.stopCause !== undefined) return Promise.resolve(this.fail(this.stopCause.code, this.stopCause.message));
-    return outcomeOfAnswer(this.program, answer, () => this.snapshot());
+    return outcomeOfAnswer(this.program, answer, () => this.snapshot(), this.receipts());
   }
 }

@@ -6,14 +6,26 @@ export {
   SANDBOX_FAILURE_REASONS,
   type SandboxAdapter,
   type SandboxAdapterDefinition,
+  type SandboxDeterministicRun,
   type SandboxExecuteRequest,
   type SandboxFailureReason,
   type SandboxProgram,
   type SandboxQualification,
   type SandboxResult,
   type SandboxToolsBridge,
+  type SequencedCallResult,
   type ToolCallResult,
 } from "./adapter.ts";
+export {
+  APPROVAL_VERIFY_TIMEOUT_MS,
+  type ApprovalDecision,
+  type ApprovalJournalStore,
+  type ApprovingHuman,
+  type CallApproval,
+  type CodeApprovalsOptions,
+  DEFAULT_CALL_APPROVAL_TTL_MS,
+  MAX_CALL_APPROVAL_TTL_MS,
+} from "./approvals.ts";
 export {
   CALL_SETTLE_GRACE_MS,
   type CodeModeInvokeTool,
@@ -21,14 +33,24 @@ export {
   DEFAULT_MAX_TOOL_RESULT_BYTES,
   MAX_CALL_ERROR_MESSAGE_CHARS,
 } from "./calls.ts";
+export {
+  type ExecutionEvidence,
+  type ExecutionReceipt,
+  isCodeMode,
+  type ReceiptDisclosure,
+  type ReceiptExecution,
+} from "./evidence.ts";
 export { EXECUTION_ID_MEMORY } from "./execution-ids.ts";
 export {
   ADAPTER_STOP_GRACE_MS,
+  type ApprovingCodeMode,
   AVAILABILITY_TIMEOUT_MS,
   type CodeExecuteOptions,
   type CodeMode,
+  type CodeWaitingOutcome,
   type CreateCodeModeOptions,
   createCodeMode,
+  type ResumableExecutionOutcome,
 } from "./executor.ts";
 export {
   type CodeExecutionOutcome,

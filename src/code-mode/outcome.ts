@@ -6,6 +6,7 @@ import { JsonBoundsError, type JsonValue, parseJson, tryCopyJson } from "../json
 import { type ErrorCode, type FailureStatus, type OutcomeError, statusOf } from "../tools/errors.ts";
 import { parseWithSchema } from "../tools/validate.ts";
 import { type ProgramErrorInfo, SANDBOX_FAILURE_REASONS, type SandboxFailureReason } from "./adapter.ts";
+import type { ExecutionEvidence } from "./evidence.ts";
 import type { AnyCodeProgram } from "./program.ts";
 
 /** Characters of `programError.name` and `programError.message`. */
@@ -26,14 +27,24 @@ export interface CodeUsage {
 }
 
 export type CodeExecutionOutcome<T> =
-  | { readonly status: "succeeded"; readonly output: T; readonly usage: CodeUsage }
+  | {
+      readonly status: "succeeded";
+      readonly output: T;
+      readonly usage: CodeUsage;
+      /** A receipt for every call handed to the broker, in the order they were. */
+      readonly evidence: readonly ExecutionEvidence[];
+    }
   | {
       readonly status: FailureStatus;
       readonly error: OutcomeError;
       /** Set when the program itself threw: its own text, cut to 128 and 1,024 characters. Treat it as output. */
       readonly programError?: ProgramErrorInfo;
       readonly usage: CodeUsage;
+      readonly evidence: readonly ExecutionEvidence[];
     };
+
+/** The evidence of an execution that handed no call to the broker. */
+export const NO_EVIDENCE: readonly ExecutionEvidence[] = Object.freeze([]);
 
 /** `text` cut to `max` UTF-16 code units, never leaving half a surrogate pair. */
 export function clip(text: string, max: number): string {
@@ -49,12 +60,13 @@ export function failed(
   message: string,
   programError: ProgramErrorInfo | undefined,
   usage: CodeUsage,
+  evidence: readonly ExecutionEvidence[] = NO_EVIDENCE,
 ): CodeExecutionOutcome<never> {
   const error = Object.freeze({ code, message });
   return Object.freeze(
     programError === undefined
-      ? { status: statusOf(code), error, usage }
-      : { status: statusOf(code), error, programError, usage },
+      ? { status: statusOf(code), error, usage, evidence }
+      : { status: statusOf(code), error, programError, usage, evidence },
   );
 }
 
@@ -132,16 +144,17 @@ export function admitAnswer(value: unknown): AdmittedAnswer | undefined {
 
 /**
  * The outcome of a sandbox's admitted answer (the run was not stopped and no call is unknown). `usage` is read when
- * the outcome is made, after the output schema ran.
+ * the outcome is made, after the output schema ran; `evidence` holds the receipts of the calls, all settled by then.
  */
 export async function outcomeOfAnswer(
   program: AnyCodeProgram,
   answer: AdmittedAnswer | undefined,
   usage: () => CodeUsage,
+  evidence: readonly ExecutionEvidence[],
 ): Promise<CodeExecutionOutcome<unknown>> {
   const limits = program.limits;
   const fail = (code: ErrorCode, message: string, programError?: ProgramErrorInfo) =>
-    failed(code, message, programError, usage());
+    failed(code, message, programError, usage(), evidence);
   if (answer === undefined) return fail("TOOL_FAILED", "the sandbox failed or gave an answer Airlock cannot read");
   if (answer.status === "failed") {
     switch (answer.reason) {
@@ -188,5 +201,5 @@ export async function outcomeOfAnswer(
   }
   const parsed = await parseWithSchema(program.output, output);
   if (!parsed.ok) return fail("INVALID_OUTPUT", "the program's output does not match its output schema");
-  return Object.freeze({ status: "succeeded" as const, output: parsed.value, usage: usage() });
+  return Object.freeze({ status: "succeeded" as const, output: parsed.value, usage: usage(), evidence });
 }

@@ -32,8 +32,11 @@ export type CallHandler =
   | { kind: "tools"; resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined }
   | {
       kind: "deterministic";
-      /** What the run declared: a call of anything else means the VM side broke the protocol. */
-      declared: { tools: ReadonlySet<string>; globals: ReadonlySet<string> };
+      /**
+       * What the run declared: a call of anything else means the VM side broke the protocol. A program run offers
+       * every tool name (its caller answers names outside the program's tool list itself).
+       */
+      declared: { tools: Pick<ReadonlySet<string>, "has">; globals: Pick<ReadonlySet<string>, "has"> };
       onStarted?: (fingerprint: string) => void;
       onCall: (call: CodemodeHostCall) => void;
       onIdle?: (seq: number, issued: number) => void;

@@ -3,7 +3,7 @@
  * The program sees standard JavaScript and `tools.call(toolId, input)`, which resolves to whatever `call` returns.
  */
 import { type RunEndReason, runConfiguration } from "../engine/protocol.ts";
-import { Execution } from "./execution.ts";
+import { type CallHandler, Execution } from "./execution.ts";
 import type { Launcher } from "./launcher.ts";
 
 export interface ProgramRunOptions {
@@ -19,6 +19,18 @@ export interface ProgramRunOptions {
   signal?: AbortSignal;
   /** Answers `tools.call(toolId, input)`; the resolved value (JSON) is what the program receives. */
   call(toolId: string, input: unknown, signal: AbortSignal): Promise<unknown>;
+  /**
+   * A replayable run: the clock starts at `startedAt` and moves only to the `now` of each result, randomness is
+   * seeded, and results are applied in their `seq` order (1, 2, ...), so the same results give the same calls. Calls
+   * are then answered by `sequencedCall`, not `call`.
+   */
+  deterministic?: {
+    startedAt: number;
+    seed: number;
+    sequencedCall(toolId: string, input: unknown): Promise<{ value: unknown; seq: number; now: number }>;
+    /** The engine's fingerprint (its versions, prelude hash and memory limit): a replay must run on the same. */
+    onFingerprint?(fingerprint: string): void;
+  };
 }
 
 /**
@@ -29,6 +41,18 @@ export const PROGRAM_MAX_CALLS = 100_000;
 
 /** Every program runs in the same environment: no tools object of the script environment, no globals. */
 export const PROGRAM_CONFIGURATION = runConfiguration({ tools: [], globals: [], deterministic: false, program: true });
+const DETERMINISTIC_PROGRAM_CONFIGURATION = runConfiguration({
+  tools: [],
+  globals: [],
+  deterministic: true,
+  program: true,
+});
+
+/** What a replayable program run offers: `tools.call` with any tool id (the caller checks it), and no globals. */
+const PROGRAM_DECLARED = Object.freeze({
+  tools: Object.freeze({ has: () => true }),
+  globals: Object.freeze({ has: () => false }),
+});
 
 export type ProgramFailureReason =
   | "program_error"
@@ -50,26 +74,51 @@ export type ProgramRunResult =
     };
 
 export function runProgram(launcher: Launcher, options: ProgramRunOptions): Promise<ProgramRunResult> {
-  const execution = new Execution(launcher, {
+  const replay = options.deterministic;
+  let execution: Execution | undefined;
+  const handler: CallHandler =
+    replay === undefined
+      ? {
+          kind: "tools",
+          resolve: (target, toolId) =>
+            target === "tool"
+              ? { name: toolId, execute: (input, { signal }) => options.call(toolId, input, signal) }
+              : undefined,
+        }
+      : {
+          kind: "deterministic",
+          declared: PROGRAM_DECLARED,
+          onStarted: (fingerprint) => replay.onFingerprint?.(fingerprint),
+          onCall: ({ id, name, args }) => {
+            replay.sequencedCall(name, args).then(
+              ({ value, seq, now }) => {
+                // A run that ended meanwhile (stopped, timed out) takes no more results.
+                if (execution === undefined || execution.finished) return;
+                try {
+                  execution.deliver(seq, now, id, { ok: true, value });
+                } catch {
+                  // Numbers that cannot be applied (a journal that does not fit the run) end it, never the host.
+                  execution.stop("aborted", "a result could not be applied in sequence");
+                }
+              },
+              () => {},
+            );
+          },
+        };
+  execution = new Execution(launcher, {
     request: {
       code: options.source,
-      configuration: PROGRAM_CONFIGURATION,
+      configuration: replay === undefined ? PROGRAM_CONFIGURATION : DETERMINISTIC_PROGRAM_CONFIGURATION,
       store: {},
       memoryLimitBytes: options.memoryLimitBytes,
       deadline: Date.now() + options.wallTimeMs,
       cpuLimitMs: options.cpuLimitMs,
       interruptBudget: null,
       maxCalls: PROGRAM_MAX_CALLS,
-      deterministic: null,
+      deterministic: replay === undefined ? null : { startedAt: replay.startedAt, seed: replay.seed },
       program: { input: options.inputJson },
     },
-    handler: {
-      kind: "tools",
-      resolve: (target, toolId) =>
-        target === "tool"
-          ? { name: toolId, execute: (input, { signal }) => options.call(toolId, input, signal) }
-          : undefined,
-    },
+    handler,
     signal: options.signal,
     timeoutMs: options.wallTimeMs,
     onEnd: () => {},

@@ -299,6 +299,11 @@ export function jsonDigest(value: unknown, limits: JsonLimits = { maxBytes: MAX_
   return sha256(canonicalJson(value, limits));
 }
 
+/** The bare hex SHA-256 of `{ domain, value }` in canonical form: ids and digests that stores and approvals compare. */
+export function domainDigest(domain: string, value: unknown): string {
+  return sha256Hex(canonicalJson({ domain, value }, { maxBytes: MAX_JSON_BYTES }));
+}
+
 /** Deep-freezes a value that `copyJson` made (plain data only). */
 export function deepFreezeJson<T extends JsonValue>(value: T): T {
   if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {

@@ -55,6 +55,12 @@ export interface ToolContext {
 export type GuardDecision = boolean | { readonly allow: boolean };
 
 /**
+ * Whether a person must approve a call before it runs, in a code mode with `approvals`: `never` (the default),
+ * `always`, or a function of the validated input that says true when this call needs one.
+ */
+export type ToolApproval<I = unknown> = "never" | "always" | ((input: I) => boolean);
+
+/**
  * A policy check that runs before a tool (after its input was validated and its permissions checked). `false` or
  * `{ allow: false }` blocks the call (`GUARD_BLOCKED`); a guard that throws or does not answer in time makes it
  * `GUARD_UNAVAILABLE`.
@@ -84,6 +90,8 @@ export interface ToolDefinition<I extends z.ZodType, O extends z.ZodType> {
   permissions?: readonly string[];
   /** Default `DEFAULT_TOOL_TIMEOUT_MS`. */
   timeoutMillis?: number;
+  /** Default `never`. See `ToolApproval`. */
+  approval?: ToolApproval<z.output<I>>;
 }
 
 export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.ZodType> {
@@ -100,7 +108,12 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   readonly roles: readonly string[];
   readonly permissions: readonly string[];
   readonly timeoutMillis: number;
-  /** SHA-256 over the canonical JSON of everything above and the guards' ids (not their code, nor the handler's). */
+  // biome-ignore lint/suspicious/noExplicitAny: any input, so that `defineTool({ ...tool, input })` derives a tool.
+  readonly approval: ToolApproval<any>;
+  /**
+   * SHA-256 over the canonical JSON of everything above and the guards' ids (not their code, nor the handler's, nor
+   * the approval function's).
+   */
   readonly digest: string;
 }
 
@@ -123,6 +136,7 @@ const TOOL_DEFINITION_KEYS = [
     roles: true,
     permissions: true,
     timeoutMillis: true,
+    approval: true,
   }),
   ...optionKeys<Omit<Tool, keyof ToolDefinition<z.ZodType, z.ZodType>>>({ kind: true, digest: true }),
 ];
@@ -181,6 +195,10 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
     definition.timeoutMillis === undefined
       ? DEFAULT_TOOL_TIMEOUT_MS
       : checkInteger(definition.timeoutMillis, "tool timeoutMillis", 1, MAX_TOOL_TIMEOUT_MS);
+  const approval = definition.approval ?? "never";
+  if (approval !== "never" && approval !== "always" && typeof approval !== "function") {
+    throw configError("tool approval must be 'never', 'always' or a function of the input");
+  }
   const digest = jsonDigest(
     {
       kind: "airlock.tool/1",
@@ -194,6 +212,8 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
       permissions: [...permissions].sort(),
       timeoutMillis,
       guards: guards.map((g) => g.id),
+      // A tool that never asks keeps the digest it had before approvals existed.
+      ...(approval === "never" ? {} : { approval: typeof approval === "function" ? "input" : approval }),
       input: schemaDescription(input, "input"),
       output: schemaDescription(output, "output"),
     },
@@ -214,6 +234,7 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
     roles,
     permissions,
     timeoutMillis,
+    approval,
     digest,
   });
   handlers.set(tool, (value, context) => execute(value as z.output<I>, context));

@@ -22,6 +22,10 @@ export const ERROR_CODE_STATUS = {
   UNSUPPORTED_PROFILE: "failed",
   NOT_FOUND: "failed",
   CONFLICT: "failed",
+  /** Durable storage failed, timed out, or returned a record that does not check out. */
+  STORAGE_UNAVAILABLE: "failed",
+  /** A resumed program did not replay its journal exactly (another call, tool or argument at the same number). */
+  INTEGRITY_VIOLATION: "failed",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODE_STATUS;

@@ -28,6 +28,7 @@ export {
   MAX_TOOL_TIMEOUT_MS,
   type Scope,
   type Tool,
+  type ToolApproval,
   type ToolContext,
   type ToolDefinition,
   type ToolEffect,

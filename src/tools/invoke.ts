@@ -76,6 +76,11 @@ export interface InvokeToolOptions {
   maxInputBytes?: number;
   /** Bytes of the output's JSON; default `MAX_JSON_BYTES`. */
   maxOutputBytes?: number;
+  /**
+   * Called once every check passed and the cost is reserved, right before the tool runs (a durable runtime persists
+   * the dispatch here). If it rejects, the tool never runs: the reservation is released and the call is CANCELLED.
+   */
+  beforeDispatch?: () => Promise<void>;
 }
 
 /** Cost a settled call spent or left unknown, for outcomes made here (read by the code-mode executor). */
@@ -94,6 +99,7 @@ const INVOKE_KEYS = [
     onCall: true,
     maxInputBytes: true,
     maxOutputBytes: true,
+    beforeDispatch: true,
   }),
   "executionId",
   "programId",
@@ -194,7 +200,7 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   }
   const unknown = unknownOption(options, "invokeTool", INVOKE_KEYS);
   if (unknown !== undefined) return failure("INVALID_CONFIG", unknown);
-  const { runId, callId, signal, budget, onCall } = options;
+  const { runId, callId, signal, budget, onCall, beforeDispatch } = options;
   if (!isId(runId) || !isId(callId)) {
     return failure("INVALID_CONFIG", `runId and callId must be strings of 1-${MAX_ID_CHARS} characters`);
   }
@@ -213,6 +219,8 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   if (signal !== undefined && !isAbortSignal(signal)) return failure("INVALID_CONFIG", "signal must be an AbortSignal");
   if (onCall !== undefined && typeof onCall !== "function")
     return failure("INVALID_CONFIG", "onCall must be a function");
+  if (beforeDispatch !== undefined && typeof beforeDispatch !== "function")
+    return failure("INVALID_CONFIG", "beforeDispatch must be a function");
   const maxInputBytes = byteOption(options.maxInputBytes);
   const maxOutputBytes = byteOption(options.maxOutputBytes);
   if (maxInputBytes === undefined || maxOutputBytes === undefined) {
@@ -309,6 +317,20 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   if (signal?.aborted) {
     reservation.release();
     return cancelledBeforeStart();
+  }
+
+  if (beforeDispatch !== undefined) {
+    let dispatched = false;
+    try {
+      await beforeDispatch();
+      dispatched = true;
+    } catch {
+      // The caller could not record the dispatch: the tool must not run.
+    }
+    if (!dispatched) {
+      reservation.release();
+      return failure("CANCELLED", "the call was not dispatched");
+    }
   }
 
   // ---- the tool runs ----

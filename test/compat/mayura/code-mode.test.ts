@@ -173,6 +173,17 @@ describe("the executor", () => {
       status: "succeeded",
       output: { value: 12 },
       usage: { toolCalls: 1, unknownCalls: 0, knownCostMicros: 1, unknownCostMicros: 0, maximumCostMicros: 4 },
+      evidence: [
+        {
+          runId: "run-1",
+          receipt: {
+            callId: "execution-1:code:1",
+            toolId: "number.double",
+            execution: "succeeded",
+            disclosure: "released",
+          },
+        },
+      ],
     });
     expect(contexts).toHaveLength(1);
     expect(contexts[0]).toMatchObject({
@@ -327,7 +338,9 @@ describe("the executor", () => {
       error: { code: "TOOL_FAILED" },
       usage: { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0, maximumCostMicros: 4 },
     });
-    expect(Object.keys(thrown).sort()).toEqual(["error", "status", "usage"]);
+    // No call reached the broker: no receipt, and nothing of the adapter's error.
+    expect(thrown.evidence).toEqual([]);
+    expect(Object.keys(thrown).sort()).toEqual(["error", "evidence", "status", "usage"]);
     expect(JSON.stringify(thrown)).not.toContain("SECRET");
 
     const hostile = Object.defineProperty({}, "status", {

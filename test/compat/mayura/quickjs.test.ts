@@ -42,6 +42,7 @@ describe.each(ADAPTERS)("$name", (compat) => {
       status: "succeeded",
       output: { value: 7 },
       usage: { toolCalls: 0, unknownCalls: 0, knownCostMicros: 0, unknownCostMicros: 0, maximumCostMicros: 0 },
+      evidence: [],
     });
   });
 

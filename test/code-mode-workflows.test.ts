@@ -1,0 +1,384 @@
+/**
+ * Durable code phases (issue 18): the template flow end to end on the real QuickJS adapter and a SQLite file, the
+ * phase tool's shape, the audit record and its checks, forged definitions, and phases that must not run or replay.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Budget, defineTool, invokeTool, type Tool, z } from "airlock-codemode";
+import { type ClosableSandboxAdapter, createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
+import { type CodeProgramLimits, createCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
+import { createDurableCodeAudit, defineDurableCodeWorkflow } from "airlock-codemode/code-mode-workflows";
+import { createScheduledWorkflowRuntime } from "airlock-codemode/workflows";
+import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
+import { afterAll, describe, expect, it } from "vitest";
+
+const value = z.object({ value: z.number() });
+const limits: CodeProgramLimits = {
+  cpuMillis: 200,
+  wallTimeMillis: 5_000,
+  memoryBytes: 16 * 1024 * 1024,
+  scratchBytes: 0,
+  maxInputBytes: 1_024,
+  maxOutputBytes: 1_024,
+  maxToolInputBytes: 1_024,
+  maxToolCalls: 2,
+  maxToolConcurrency: 1,
+};
+const scope = { principalId: "alice", projectId: "project" };
+const adapter: ClosableSandboxAdapter = createQuickJsSandboxAdapter({ poolSize: 1 });
+afterAll(() => adapter.close());
+
+function counter() {
+  const counts = { writes: 0 };
+  const tool = defineTool({
+    id: "external.write",
+    version: "1",
+    description: "A controlled write.",
+    input: value,
+    output: value,
+    effects: "write",
+    capabilities: [],
+    costMicros: 3,
+    execute: (input: { value: number }) => {
+      counts.writes++;
+      return { value: input.value + 1 };
+    },
+  }) as Tool;
+  return { counts, tool };
+}
+
+function programOf(tool: Tool, source: string, overrides: Partial<CodeProgramLimits> = {}) {
+  return defineCodeProgram({
+    id: "durable.phase",
+    version: "1",
+    intent: "Write once and return what the write returned.",
+    language: "javascript",
+    source,
+    input: value,
+    output: value,
+    inputSchemaId: "value.v1",
+    outputSchemaId: "value.v1",
+    tools: [tool],
+    limits: { ...limits, ...overrides },
+  });
+}
+
+const WRITE_ONCE = `async (input, tools) => {
+  const result = await tools.call("external.write", input);
+  if (result.status !== "succeeded") throw new Error("the write failed");
+  return result.output;
+}`;
+
+function modeFor(tool: Tool) {
+  const nested = new Budget(100, 10);
+  return createCodeMode({
+    adapter,
+    invokeTool: (t, input, context) =>
+      invokeTool(t, input, { ...context, permissions: { allow: [`tool:${tool.id}`, "effect:write"] }, budget: nested }),
+  });
+}
+
+async function tempFile() {
+  const directory = await mkdtemp(join(tmpdir(), "airlock-code-phase-"));
+  return { filename: join(directory, "state.sqlite"), cleanup: () => rm(directory, { recursive: true, force: true }) };
+}
+
+const verifyHuman = async (credential: unknown) => {
+  if (credential !== "approved") throw new Error("denied");
+  return { id: "reviewer", projectId: "project", canApprove: true };
+};
+
+describe("durable code workflows", () => {
+  it("asks for approval of the exact program, keeps it across a reopened store, runs the phase once and audits it", async () => {
+    const { filename, cleanup } = await tempFile();
+    try {
+      const { counts, tool } = counter();
+      const program = programOf(tool, WRITE_ONCE);
+      const mode = modeFor(tool);
+      const definitionFor = (store: ReturnType<typeof createSqliteStore>) =>
+        defineDurableCodeWorkflow({
+          id: "catalog.quote",
+          version: "1",
+          input: value,
+          output: value,
+          codeMode: mode,
+          audit: createDurableCodeAudit({ store, scope }),
+          phases: [{ id: "total", program, input: { kind: "input", path: [] } }],
+          result: { kind: "step", stepId: "total", path: [] },
+        });
+      const first = createSqliteStore({ filename });
+      await first.initialize();
+      const definition = definitionFor(first);
+      const phase = definition.nodes[0];
+      if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
+      const hex = program.digest.slice("sha256:".length);
+      expect(phase).toMatchObject({ approval: true, id: "total" });
+      expect(phase.tool).toMatchObject({
+        id: `code.${hex.slice(0, 32)}`,
+        version: program.digest,
+        effects: "write",
+        costMicros: 6,
+      });
+      expect(phase.tool.capabilities).toEqual([
+        "code:execute",
+        "code:audit:v2",
+        expect.stringMatching(/^code:audit-scope:[a-f0-9]{64}$/),
+        `code:program:${program.digest}`,
+      ]);
+      const policy = {
+        scope,
+        permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
+        policyVersion: "1",
+        maxCostMicros: 6,
+        verifyHuman,
+      };
+      const one = createScheduledWorkflowRuntime({ ...policy, store: first, workerId: "first" });
+      const submitted = await one.submit(definition, { input: { value: 2 }, idempotencyKey: "quote-1" });
+      const waiting = await one.runUntilSettled(definition, submitted.id);
+      expect(waiting).toMatchObject({ status: "waiting", budget: { spentMicros: 0, reservedMicros: 0 } });
+      expect(counts.writes).toBe(0);
+      const approval = waiting.steps.total?.approval;
+      await one.close();
+      await first.close();
+
+      const second = createSqliteStore({ filename });
+      await second.initialize();
+      const reopened = definitionFor(second);
+      expect(reopened.digest).toBe(definition.digest);
+      const two = createScheduledWorkflowRuntime({ ...policy, store: second, workerId: "second" });
+      expect((await two.inspect(submitted.id)).steps.total?.approval).toEqual(approval);
+      await expect(
+        two.approve({ id: submitted.id, nodeId: "total", digest: "a".repeat(64), credential: "approved" }),
+      ).rejects.toMatchObject({ code: "CONFLICT" });
+      await two.approve({
+        id: submitted.id,
+        nodeId: "total",
+        digest: approval?.digest as string,
+        credential: "approved",
+      });
+      const done = await two.runUntilSettled(reopened, submitted.id);
+      expect(done).toMatchObject({
+        status: "succeeded",
+        output: { value: 3 },
+        budget: { spentMicros: 6, reservedMicros: 0 },
+      });
+      expect(done.steps.total?.approval?.humanId).toBe("reviewer");
+      expect(counts.writes).toBe(1);
+      expect((await two.runUntilSettled(reopened, submitted.id)).status).toBe("succeeded");
+      expect(counts.writes).toBe(1);
+      const record = await createDurableCodeAudit({ store: second, scope }).inspect(submitted.id, "total");
+      expect(record).toEqual({
+        format: 2,
+        runId: submitted.id,
+        phaseId: "total",
+        executionId: `${submitted.id}/step:total:sandbox`,
+        programDigest: program.digest,
+        outcome: "succeeded",
+        evidence: [
+          {
+            runId: submitted.id,
+            receipt: {
+              callId: `${submitted.id}/step:total:sandbox:code:1`,
+              toolId: "external.write",
+              execution: "succeeded",
+              disclosure: "released",
+            },
+          },
+        ],
+        usage: { toolCalls: 1, unknownCalls: 0, knownCostMicros: 3, unknownCostMicros: 0, maximumCostMicros: 6 },
+      });
+      // Another scope's audit finds nothing.
+      const other = createDurableCodeAudit({ store: second, scope: { principalId: "mallory", projectId: "project" } });
+      expect(await other.inspect(submitted.id, "total")).toBeUndefined();
+      await expect(other.inspect("nope", "total")).rejects.toMatchObject({ code: "INVALID_INPUT" });
+      await expect(other.inspect(submitted.id, "__proto__")).rejects.toMatchObject({ code: "INVALID_INPUT" });
+      await two.close();
+      await second.close();
+    } finally {
+      await cleanup();
+    }
+  });
+
+  it("refuses forged code modes, audits and programs, getters, too many calls, and bad graphs", async () => {
+    const store = createSqliteStore({ filename: ":memory:" });
+    await store.initialize();
+    const { tool } = counter();
+    const program = programOf(tool, WRITE_ONCE);
+    const mode = modeFor(tool);
+    const audit = createDurableCodeAudit({ store, scope });
+    const base = {
+      id: "durable.code",
+      version: "1",
+      input: value,
+      output: value,
+      codeMode: mode,
+      audit,
+      phases: [{ id: "phase", program, input: { kind: "input" as const, path: [] } }],
+      result: { kind: "step" as const, stepId: "phase", path: [] },
+    };
+    const refused = (options: unknown, code = "INVALID_CONFIG") =>
+      expect(() => defineDurableCodeWorkflow(options as typeof base)).toThrowError(expect.objectContaining({ code }));
+    expect(defineDurableCodeWorkflow(base).nodes).toHaveLength(1);
+    refused({ ...base, codeMode: { execute: mode.execute, adapter: mode.adapter } });
+    refused({ ...base, audit: { inspect: audit.inspect } });
+    refused({ ...base, phases: [{ ...base.phases[0], program: { ...program } }] });
+    refused(Object.defineProperty({ ...base }, "phases", { enumerable: true, get: () => base.phases }));
+    refused({ ...base, extra: true });
+    refused({ ...base, phases: [] });
+    refused({ ...base, phases: Array.from({ length: 129 }, (_, i) => ({ ...base.phases[0], id: `p${i}` })) });
+    refused({ ...base, phases: [{ ...base.phases[0], dependsOn: ["missing"] }] });
+    refused({
+      ...base,
+      phases: [
+        { ...base.phases[0], id: "a", dependsOn: ["b"] },
+        { ...base.phases[0], id: "b", dependsOn: ["a"] },
+      ],
+    });
+    refused({
+      ...base,
+      phases: [
+        { ...base.phases[0], id: "a" },
+        { ...base.phases[0], id: "a" },
+      ],
+    });
+    refused({
+      ...base,
+      phases: [
+        { ...base.phases[0], id: "a" },
+        { ...base.phases[0], id: "b", input: { kind: "step", stepId: "a", path: [] } },
+      ],
+    });
+    refused({ ...base, phases: [{ ...base.phases[0], input: { kind: "input", path: Array(33).fill("x") } }] });
+    refused(
+      { ...base, phases: [{ ...base.phases[0], program: programOf(tool, WRITE_ONCE, { maxToolCalls: 65 }) }] },
+      "LIMIT_EXCEEDED",
+    );
+    expect(() => createDurableCodeAudit({ store, scope, extra: 1 } as never)).toThrowError(
+      expect.objectContaining({ code: "INVALID_CONFIG" }),
+    );
+    expect(() => createDurableCodeAudit({ store: {} as never, scope })).toThrowError(
+      expect.objectContaining({ code: "INVALID_CONFIG" }),
+    );
+    expect(() => createDurableCodeAudit({ store, scope: { principalId: "a", projectId: "" } })).toThrowError(
+      expect.objectContaining({ code: "INVALID_CONFIG" }),
+    );
+    await store.close();
+  });
+
+  it("fails closed when the store returns an audit record of another identity", async () => {
+    const forged = {
+      create: async () => {
+        throw new Error("unused");
+      },
+      read: async (_scope: string, id: string) => ({
+        scope: "wrong",
+        id,
+        kind: "code-audit",
+        idempotencyKey: id,
+        definitionHash: "0".repeat(64),
+        version: 1,
+        state: {},
+      }),
+    };
+    const audit = createDurableCodeAudit({ store: forged, scope });
+    await expect(audit.inspect("a".repeat(64), "total")).rejects.toMatchObject({ code: "STORAGE_UNAVAILABLE" });
+  });
+
+  it("does not run a phase whose audit belongs to another scope", async () => {
+    const store = createSqliteStore({ filename: ":memory:" });
+    await store.initialize();
+    const { counts, tool } = counter();
+    const program = programOf(tool, WRITE_ONCE);
+    const audit = createDurableCodeAudit({ store, scope: { principalId: "mallory", projectId: "project" } });
+    const definition = defineDurableCodeWorkflow({
+      id: "scope.code",
+      version: "1",
+      input: value,
+      output: value,
+      codeMode: modeFor(tool),
+      audit,
+      phases: [{ id: "execute", program, input: { kind: "input", path: [] } }],
+      result: { kind: "step", stepId: "execute", path: [] },
+    });
+    const phase = definition.nodes[0];
+    if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
+    const runtime = createScheduledWorkflowRuntime({
+      store,
+      scope,
+      workerId: "scope",
+      permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
+      policyVersion: "1",
+      maxCostMicros: 6,
+      verifyHuman,
+    });
+    const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: "scope" });
+    const waiting = await runtime.runUntilSettled(definition, run.id);
+    await runtime.approve({
+      id: run.id,
+      nodeId: "execute",
+      digest: waiting.steps.execute?.approval?.digest as string,
+      credential: "approved",
+    });
+    const result = await runtime.runUntilSettled(definition, run.id);
+    expect(result).toMatchObject({ status: "outcome_unknown", output: null });
+    expect(counts.writes).toBe(0);
+    expect(await audit.inspect(run.id, "execute")).toBeUndefined();
+    await runtime.close();
+    await store.close();
+  });
+
+  it("does not replay a write phase whose program failed after its write, and keeps the program's text out of the audit", async () => {
+    const store = createSqliteStore({ filename: ":memory:" });
+    await store.initialize();
+    const { counts, tool } = counter();
+    const program = programOf(
+      tool,
+      `async (input, tools) => { await tools.call("external.write", input); throw new Error("SECRET private crash"); }`,
+    );
+    const audit = createDurableCodeAudit({ store, scope });
+    const definition = defineDurableCodeWorkflow({
+      id: "uncertain.code",
+      version: "1",
+      input: value,
+      output: value,
+      codeMode: modeFor(tool),
+      audit,
+      phases: [{ id: "execute", program, input: { kind: "input", path: [] } }],
+      result: { kind: "step", stepId: "execute", path: [] },
+    });
+    const phase = definition.nodes[0];
+    if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
+    const runtime = createScheduledWorkflowRuntime({
+      store,
+      scope,
+      workerId: "uncertain",
+      permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
+      policyVersion: "1",
+      maxCostMicros: 6,
+      verifyHuman,
+    });
+    const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: "uncertain" });
+    const waiting = await runtime.runUntilSettled(definition, run.id);
+    await runtime.approve({
+      id: run.id,
+      nodeId: "execute",
+      digest: waiting.steps.execute?.approval?.digest as string,
+      credential: "approved",
+    });
+    const result = await runtime.runUntilSettled(definition, run.id);
+    expect(result).toMatchObject({ status: "outcome_unknown", output: null });
+    expect(result.steps.execute?.receipt).toMatchObject({ execution: "unknown", disclosure: "withheld" });
+    const record = await audit.inspect(run.id, "execute");
+    expect(record).toMatchObject({
+      outcome: "failed",
+      usage: { toolCalls: 1, unknownCalls: 0, knownCostMicros: 3, unknownCostMicros: 0, maximumCostMicros: 6 },
+      evidence: [{ receipt: { toolId: "external.write", execution: "succeeded" } }],
+    });
+    expect(JSON.stringify(record)).not.toContain("SECRET");
+    await runtime.runUntilSettled(definition, run.id);
+    expect(counts.writes).toBe(1);
+    await runtime.close();
+    await store.close();
+  });
+});
