@@ -181,7 +181,7 @@ describe.each(pooledLaunchers)("$name pool with a hostile execution among ordina
   });
 });
 
-describe.each(launchers)("$name sandbox: what one execution holds is bounded", ({ make }) => {
+describe.each(launchers)("$name sandbox: what one execution holds is bounded", ({ name, make }) => {
   let sandbox: ReturnType<typeof make>;
   beforeAll(async () => {
     sandbox = make({ tools: [add, sink], timeoutMs: 60_000, memoryLimitBytes: 64 * 1024 * 1024 });
@@ -200,6 +200,13 @@ describe.each(launchers)("$name sandbox: what one execution holds is bounded", (
       for (let i = 0; i < 20; i++) calls.push(tools.sink(s).then(() => "ok", (e) => e.message));
       return await Promise.all(calls);
     `);
+    if (name === "durable-object") {
+      // Known gap (README, Cloudflare limits): the object sends these calls in one exchange past Workers RPC's
+      // 32 MiB, so the run fails as a whole instead of refusing calls in the script; only that execution ends.
+      expect(result).toMatchObject({ ok: false, error: { kind: "sandbox", message: expect.stringMatching(/32MiB/) } });
+      expect((await sandbox.execute("return 6 * 7")).ok).toBe(true);
+      return;
+    }
     expect(result.ok).toBe(true);
     const answers = (result.ok ? result.value : []) as string[];
     const refused = answers.filter((a) => /memory limit of 67108864 bytes/.test(a));
@@ -264,54 +271,62 @@ describe.each(launchers)("$name sandbox: what one execution holds is bounded", (
 
   it("refuses options for the limits that are out of range, naming them", () => {
     expect(() => make({ maxToolCalls: 0 })).toThrow(/maxToolCalls must be an integer between 1 and/);
-    expect(() => make({ maxTotalMemoryBytes: 1 })).toThrow(/maxTotalMemoryBytes must be an integer number of bytes/);
+    expect(() => make({ maxTotalMemoryBytes: 1 })).toThrow(
+      name === "durable-object"
+        ? /maxTotalMemoryBytes does not apply to RemoteCodemodeSandbox/
+        : /maxTotalMemoryBytes must be an integer number of bytes/,
+    );
   });
 });
 
-describe.each(launchers)("$name sandbox: the host's guest-memory budget", ({ make }) => {
-  it("runs at most as many executions at once as their memory limits fit in maxTotalMemoryBytes", async () => {
-    const limit = 72 * 1024 * 1024;
-    let holding = 0;
-    let most = 0;
-    const hold: CodemodeTool = {
-      name: "hold",
-      execute: async () => {
-        holding++;
-        most = Math.max(most, holding);
-        await new Promise((resolve) => setTimeout(resolve, 30));
-        holding--;
-        return true;
-      },
-    };
-    const sandbox = make({
-      tools: [hold],
-      memoryLimitBytes: limit,
-      maxTotalMemoryBytes: 4 * limit,
-      timeoutMs: 120_000,
-    });
-    try {
-      await sandbox.warm();
-      const results = await Promise.all(
-        Array.from({ length: 16 }, () =>
-          sandbox.execute(
-            "const a = new Uint8Array(60 * 1024 * 1024); a.fill(1); await tools.hold(); return a.length;",
+// A remote sandbox's VMs hold the object's memory, not this host's (it refuses maxTotalMemoryBytes, tested above).
+describe.each(launchers.filter((launcher) => launcher.name !== "durable-object"))(
+  "$name sandbox: the host's guest-memory budget",
+  ({ make }) => {
+    it("runs at most as many executions at once as their memory limits fit in maxTotalMemoryBytes", async () => {
+      const limit = 72 * 1024 * 1024;
+      let holding = 0;
+      let most = 0;
+      const hold: CodemodeTool = {
+        name: "hold",
+        execute: async () => {
+          holding++;
+          most = Math.max(most, holding);
+          await new Promise((resolve) => setTimeout(resolve, 30));
+          holding--;
+          return true;
+        },
+      };
+      const sandbox = make({
+        tools: [hold],
+        memoryLimitBytes: limit,
+        maxTotalMemoryBytes: 4 * limit,
+        timeoutMs: 120_000,
+      });
+      try {
+        await sandbox.warm();
+        const results = await Promise.all(
+          Array.from({ length: 16 }, () =>
+            sandbox.execute(
+              "const a = new Uint8Array(60 * 1024 * 1024); a.fill(1); await tools.hold(); return a.length;",
+            ),
           ),
-        ),
-      );
-      expect(results.map((r) => r.ok && r.value)).toEqual(Array(16).fill(60 * 1024 * 1024));
-      expect(most).toBeGreaterThan(0);
-      expect(most).toBeLessThanOrEqual(4);
-      // One execution whose limit could never fit fails at once, saying why.
-      const huge = make({ memoryLimitBytes: 2 * limit, maxTotalMemoryBytes: limit });
-      const refused = await huge.execute("return 1");
-      expect(refused).toMatchObject({ ok: false, error: { kind: "sandbox" } });
-      expect(!refused.ok && refused.error.message).toMatch(/more than the host's guest-memory budget/);
-      await huge.close();
-    } finally {
-      await sandbox.close();
-    }
-  }, 120_000);
-});
+        );
+        expect(results.map((r) => r.ok && r.value)).toEqual(Array(16).fill(60 * 1024 * 1024));
+        expect(most).toBeGreaterThan(0);
+        expect(most).toBeLessThanOrEqual(4);
+        // One execution whose limit could never fit fails at once, saying why.
+        const huge = make({ memoryLimitBytes: 2 * limit, maxTotalMemoryBytes: limit });
+        const refused = await huge.execute("return 1");
+        expect(refused).toMatchObject({ ok: false, error: { kind: "sandbox" } });
+        expect(!refused.ok && refused.error.message).toMatch(/more than the host's guest-memory budget/);
+        await huge.close();
+      } finally {
+        await sandbox.close();
+      }
+    }, 120_000);
+  },
+);
 
 /** Code mode's adapters that run programs on pooled VM sides: the worker adapter and the protocol adapter. */
 const echo = echoTool(0);

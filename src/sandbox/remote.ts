@@ -31,6 +31,13 @@ export class RemoteCodemodeSandbox extends CodemodeSandboxBase {
     }
     checkOptions(options, "RemoteCodemodeSandbox", ["remote"]);
     const { remote, ...rest } = options;
+    // The VMs' memory is the object's (capped by its maxMemoryLimitBytes), not this host's: taking the option would
+    // promise a bound it does not keep.
+    if (rest.maxTotalMemoryBytes !== undefined) {
+      throw new TypeError(
+        "maxTotalMemoryBytes does not apply to RemoteCodemodeSandbox: its VMs run in the remote object, whose maxMemoryLimitBytes caps each",
+      );
+    }
     if (typeof remote !== "function") {
       throw new TypeError(
         "remote must be a function that returns the Durable Object to run an execution on, for example () => env.CODEMODE_SANDBOX.getByName(sessionId)",
