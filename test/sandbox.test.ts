@@ -629,7 +629,9 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       signals.length = 0;
       const controller = new AbortController();
       const pending = run("await tools.wait({ ms: 5000 });", { signal: controller.signal });
-      setTimeout(() => controller.abort(), 50);
+      // Aborted once the call is open (a child that is still booting would otherwise be aborted before any call).
+      while (signals.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      controller.abort();
       const result = await pending;
       expect(!result.ok && result.error.kind).toBe("aborted");
       expect(result.calls[0]?.status).toBe("cancelled");
