@@ -40,7 +40,9 @@ export interface RunnerOptions extends VmOptions {
   turnEpochMs?: number;
   /**
    * Commands handled per slot, shared with the host: a command the host sent and this count does not cover yet waits
-   * behind a turn (the host moves such a run elsewhere when the turn computes for long).
+   * behind a turn (the host moves such a run elsewhere when the turn computes for long). A command counts once it
+   * took effect: a run once it has a VM, an answer once the VM has it. One parked inside the runner (a run waiting
+   * for a VM still being made, an answer for it) is not handled yet: another run's turn may come first.
    */
   handled?: Int32Array;
   /**
@@ -111,22 +113,24 @@ export class VmRunner {
       this.deferred.push(command);
       return;
     }
-    const handled = this.options.handled;
-    if (handled) {
-      const slot = command.type === "run" ? command.request.slot : this.slotOf(command.exec);
-      if (slot !== undefined) Atomics.add(handled, slot, 1);
-    }
     switch (command.type) {
       case "run":
+        // Counted in begin(), once it has a VM.
         this.vms.start(command.request);
         break;
       case "settle":
         this.settle(command.exec, command.id, command.outcome, command.seq, command.now);
         break;
       case "stop":
+        this.noteHandled(this.slotOf(command.exec));
         this.stop(command.exec, command.reason);
         break;
     }
+  }
+
+  private noteHandled(slot: number | undefined): void {
+    const handled = this.options.handled;
+    if (handled && slot !== undefined) Atomics.add(handled, slot, 1);
   }
 
   close(): void {
@@ -144,6 +148,7 @@ export class VmRunner {
     const { request, configured } = queued;
     const run = new VmRun(request, configured, vm, image, (event) => this.options.emit(event));
     this.runs.set(request.exec, run);
+    this.noteHandled(request.slot);
     vm.dirty = true;
     vm.setMemoryLimit(request.memoryLimitBytes);
     vm.interrupt = () => this.shouldInterrupt(run);
@@ -192,9 +197,11 @@ export class VmRunner {
   private settle(exec: number, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
     const run = this.runs.get(exec);
     if (!run) {
+      // Handled (and counted) once the run has its VM.
       this.vms.waitingRun(exec)?.early.push({ type: "settle", exec, id, outcome, seq, now });
       return;
     }
+    this.noteHandled(run.request.slot);
     if (run.ended) return;
     if (run.request.deterministic) {
       if (seq === null || now === null) return;

@@ -321,19 +321,6 @@ export class Execution {
       this.calls.push(record);
       this.progress({ type: "call", name });
     }
-    if (handler.kind === "deterministic") {
-      this.open.set(id, {
-        record,
-        startedAt: performance.now(),
-        controller: undefined,
-        name,
-        size,
-        tool: target === "tool",
-      });
-      this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
-      return;
-    }
-    const tool = handler.resolve(target, name) as CodemodeTool;
     const open: OpenCall = {
       record,
       startedAt: performance.now(),
@@ -343,6 +330,11 @@ export class Execution {
       tool: target === "tool",
     };
     this.open.set(id, open);
+    if (handler.kind === "deterministic") {
+      this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
+      return;
+    }
+    const tool = handler.resolve(target, name) as CodemodeTool;
     // The tool starts at once; its answer always reaches the VM later, from a promise job, never inside the guest's
     // call stack (launchers also defer commands that arrive while their VM runs).
     // Most tools never look at their signal: it is made when first read (already aborted if the call has ended).
