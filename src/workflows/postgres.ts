@@ -1,7 +1,9 @@
 /**
  * `airlock-codemode/workflows/postgres`: the store that many workers on many machines share. Every state change is one
- * transaction that locks its run's row (`SELECT ... FOR UPDATE`); a worker claiming work locks with `SKIP LOCKED`, so
- * that workers racing for a run never wait on each other and never both take the same step. Times come from the
+ * transaction that locks its run's row (`SELECT ... FOR UPDATE`), claims too: workers racing for a run wait only for
+ * each other's one short transaction (none spans a tool call), and never both take the same step (the lease's fence).
+ * A claim that skipped a locked row instead would find nothing while another worker merely advanced the run, and every
+ * worker could so leave a free step behind. Times come from the
  * database's clock, so that leases and approval expiries mean the same on every machine.
  *
  * Why no job library (graphile-worker, pg-boss) holds the leases: a step must be marked started in the same

@@ -92,7 +92,10 @@ export interface WorkflowCommands {
   /** A person refused the step: it ends blocked without running. */
   reject(command: RunAccess & { nodeId: string; digest: string; humanId: string }): Promise<StoredRecord>;
   prepare(command: RunAccess & { nodeId: string; input: JsonValue }): Promise<StoredRecord>;
-  /** Leases up to `limit` jobs to `workerId`; skips a run another transaction holds (no claims then). */
+  /**
+   * Leases up to `limit` free jobs to `workerId`. It waits for another worker's change of the run (one short
+   * transaction) rather than skipping it: a skipped claim would miss a step that change left free.
+   */
   claim(command: RunAccess & { workerId: string; limit: number; leaseMs: number }): Promise<Claim[]>;
   renew(command: RunAccess & { claim: Claim; leaseMs: number }): Promise<Claim>;
   /** Persists the job as started; `refused` when the step may not run after all (its approval lapsed). */
@@ -397,28 +400,24 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
 
     async claim(cmd) {
       const claims: Claim[] = [];
-      await command(
-        cmd,
-        (run, now, events) => {
-          claims.length = 0;
-          if (isHalted(run.status)) return false;
-          for (const node of run.nodes) {
-            if (claims.length >= cmd.limit) break;
-            const job = run.steps[node.id]?.job;
-            if (job === null || job === undefined) continue;
-            const free = job.state === "queued" || (job.state === "leased" && (job.leaseUntil ?? 0) <= now);
-            if (!free || job.startedAt !== null) continue;
-            job.state = "leased";
-            job.fence += 1;
-            job.workerId = cmd.workerId;
-            job.leaseUntil = now + cmd.leaseMs;
-            claims.push({ nodeId: node.id, fence: job.fence, workerId: cmd.workerId, leaseUntil: job.leaseUntil });
-            events.push({ type: "job.claimed", data: { nodeId: node.id, fence: job.fence, workerId: cmd.workerId } });
-          }
-          return claims.length > 0;
-        },
-        { skipLocked: true },
-      );
+      await command(cmd, (run, now, events) => {
+        claims.length = 0;
+        if (isHalted(run.status)) return false;
+        for (const node of run.nodes) {
+          if (claims.length >= cmd.limit) break;
+          const job = run.steps[node.id]?.job;
+          if (job === null || job === undefined) continue;
+          const free = job.state === "queued" || (job.state === "leased" && (job.leaseUntil ?? 0) <= now);
+          if (!free || job.startedAt !== null) continue;
+          job.state = "leased";
+          job.fence += 1;
+          job.workerId = cmd.workerId;
+          job.leaseUntil = now + cmd.leaseMs;
+          claims.push({ nodeId: node.id, fence: job.fence, workerId: cmd.workerId, leaseUntil: job.leaseUntil });
+          events.push({ type: "job.claimed", data: { nodeId: node.id, fence: job.fence, workerId: cmd.workerId } });
+        }
+        return claims.length > 0;
+      });
       return claims;
     },
 
