@@ -23,6 +23,7 @@ export {
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
 export type { RemoteExchange } from "./engine/remote.ts";
+export { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES } from "./engine/rpc-bytes.ts";
 export { MAX_BATCH_CHARS } from "./engine/serve.ts";
 export { REMOTE_BOOT_TIMEOUT_MS, REMOTE_POLL_MS, type RemoteSandboxStub } from "./host/remote.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";

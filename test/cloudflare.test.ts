@@ -7,6 +7,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { takeExchange } from "../dist/engine/remote.js";
+import { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES, rpcBytes } from "../dist/engine/rpc-bytes.js";
 import {
   agentEntry,
   bundleWorker,
@@ -35,6 +37,28 @@ describe("bundles for the Workers platform", () => {
       module: string;
     };
     expect(digests.module).toMatch(/^[0-9a-f]{64}$/);
+  });
+});
+
+describe("the size of one remote exchange", () => {
+  it("counts a Latin-1 string one byte a character and any other two, and stays below one RPC", () => {
+    const chars = 1024 * 1024;
+    expect(rpcBytes("\\".repeat(chars))).toBeLessThan(chars + 16);
+    expect(rpcBytes("\u00e9".repeat(chars))).toBeLessThan(chars + 16);
+    expect(rpcBytes("\u5b57".repeat(chars))).toBeGreaterThanOrEqual(2 * chars);
+    expect(rpcBytes(`${"a".repeat(chars)}\u5b57`)).toBeGreaterThanOrEqual(2 * chars);
+    expect(MAX_EXCHANGE_BYTES).toBeLessThan(RPC_LIMIT_BYTES);
+  });
+
+  it("takes messages in order up to the limit, and at least one", () => {
+    const big = { type: "call", args: "x".repeat(10 * 1024 * 1024) };
+    const outbox = [1, 2, 3, 4, 5].map((id) => ({ ...big, id }));
+    const taken: number[][] = [];
+    while (outbox.length > 0) taken.push(takeExchange(outbox).map((m) => m.id));
+    expect(taken).toEqual([[1, 2], [3, 4], [5]]);
+    const huge = [{ args: "x".repeat(MAX_EXCHANGE_BYTES + 1) }, { args: "y" }];
+    expect(takeExchange(huge)).toHaveLength(1);
+    expect(huge).toHaveLength(1);
   });
 });
 
@@ -87,6 +111,61 @@ describe("RemoteCodemodeSandbox through the Durable Object, from an agent Worker
     // The handshake, the script's batch with its end, and nothing per line.
     expect(outcome.exchanges).toBeLessThanOrEqual(3);
   });
+
+  it("many large calls and answers cross over several exchanges, whole and in order", async () => {
+    // Six calls of 6 Mi characters each way, none awaited alone: 36 MiB, past one RPC's 32 MiB.
+    const code = `
+      const calls = [];
+      for (let i = 0; i < 6; i++) calls.push(tools.echo({ i, s: String.fromCharCode(97 + i).repeat(6 * 1024 * 1024) }));
+      const answers = await Promise.all(calls);
+      return answers.map((a) => [a.i, a.s.length, a.s === String.fromCharCode(97 + a.i).repeat(a.s.length)]);
+    `;
+    const outcome = await workerd.run({ codes: [code], binding: "ROOMY", memoryLimitBytes: 256 * 1024 * 1024 });
+    const [result] = outcome.results;
+    expect(result).toMatchObject({
+      ok: true,
+      value: [0, 1, 2, 3, 4, 5].map((i) => [i, 6 * 1024 * 1024, true]),
+    });
+    expect(result?.calls.map((c) => c.status)).toEqual(Array(6).fill("ok"));
+    // The handshake, and the calls in at least two exchanges (at most 24 MiB each, MAX_EXCHANGE_BYTES).
+    expect(outcome.exchanges).toBeGreaterThanOrEqual(3);
+  }, 120_000);
+
+  it("refuses in the script a call or an answer that alone is more than one exchange carries; the run goes on", async () => {
+    // 13 Mi characters outside Latin-1: within MAX_VALUE_CHARS, but 26 MiB over RPC.
+    const code = `
+      const out = [];
+      try { await tools.echo("\\u5b57".repeat(13 * 1024 * 1024)); out.push("sent"); } catch (e) { out.push(e.name, e.message); }
+      try { await tools.wide({ chars: 13 * 1024 * 1024 }); out.push("answered"); } catch (e) { out.push(e.message); }
+      out.push(await tools.add({ a: 1, b: 2 }));
+      return out;
+    `;
+    const outcome = await workerd.run({ codes: [code], binding: "ROOMY", memoryLimitBytes: 256 * 1024 * 1024 });
+    const [result] = outcome.results;
+    expect(result?.ok).toBe(true);
+    const [name, callRefusal, answerRefusal, sum] = (result?.ok ? result.value : []) as unknown[];
+    expect(name).toBe("RangeError");
+    expect(callRefusal).toMatch(
+      /^echo\(\): the call takes \d+ bytes to send, more than the limit of 25165824 bytes of one exchange with the host \(MAX_EXCHANGE_BYTES\)$/,
+    );
+    expect(answerRefusal).toMatch(/too large to send .*over the limit of 25165824 bytes of one exchange/);
+    expect(sum).toBe(3);
+    // The refused call never reached the agent; the answer that could not cross was the tool's.
+    expect(result?.calls.map((c) => c.name)).toEqual(["wide", "add"]);
+    expect(outcome.seen).toEqual(["add 1 2"]);
+    // Output or a result that large ends the run with a RangeError naming the limit, as output past a limit does.
+    const limit = /more than the limit of 25165824 bytes of one exchange with the host \(MAX_EXCHANGE_BYTES\)/;
+    for (const code of [
+      'text("\\u5b57".repeat(13 * 1024 * 1024)); return 1;',
+      'return "\\u5b57".repeat(13 * 1024 * 1024);',
+    ]) {
+      const ended = await workerd.run({ codes: [code], binding: "ROOMY", memoryLimitBytes: 256 * 1024 * 1024 });
+      expect(ended.results[0]).toMatchObject({ ok: false, error: { kind: "script", name: "RangeError" } });
+      expect(ended.results[0]?.ok === false && ended.results[0].error.message).toMatch(limit);
+    }
+    const next = await workerd.run({ codes: ["return await tools.add({ a: 20, b: 22 })"], binding: "ROOMY" });
+    expect(next.results[0]).toMatchObject({ ok: true, value: 42 });
+  }, 120_000);
 
   it("many executions at once on one session's object, and on one object each, with a hostile one among them", async () => {
     const ordinary = (i: number) =>

@@ -7,6 +7,9 @@
  *
  * Every run's limits are capped by the VM side's own (its memory limit and interrupt budget), whatever the host asks
  * for. Sessions are strangers: each sees its own run ids, and nothing of one reaches another.
+ *
+ * An exchange carries at most MAX_EXCHANGE_BYTES of messages (an RPC carries at most 32 MiB): more go in the next
+ * exchanges, in order, and a call that alone would not fit is refused in the script (see rpc-bytes.ts).
  */
 import {
   type HostCommand,
@@ -16,6 +19,7 @@ import {
   parseHostCommand,
   type VmMessage,
 } from "./protocol.ts";
+import { MAX_EXCHANGE_BYTES, rpcBytes } from "./rpc-bytes.ts";
 import { serveVm, type VmServer } from "./serve.ts";
 
 /**
@@ -71,7 +75,12 @@ export class RemoteVmSide {
           for (const message of messages) this.route(message, markAnnounced);
         },
       },
-      { module: options.module, maxStackSize: options.maxStackSize, maxVms: options.maxVms },
+      {
+        module: options.module,
+        maxStackSize: options.maxStackSize,
+        maxVms: options.maxVms,
+        maxMessageBytes: MAX_EXCHANGE_BYTES,
+      },
     );
   }
 
@@ -140,14 +149,19 @@ export class RemoteVmSide {
             flush();
           }, end);
         };
-        // What a batch of commands' turns produced is queued within this task: one exchange carries it.
+        // What a batch of commands' turns produced is queued within this task: one exchange carries it, or several
+        // back to back when it is more than one may carry (each wakes the one before it at the host).
         const flush = () => {
           if (ended || scheduled) return;
           scheduled = true;
           queueMicrotask(() => {
             scheduled = false;
             if (ended) return;
-            if (session.outbox.length > 0 || inflight === 0) send(session.outbox.splice(0));
+            if (session.outbox.length === 0) {
+              if (inflight === 0) send([]);
+              return;
+            }
+            while (session.outbox.length > 0) send(takeExchange(session.outbox));
           });
         };
         session.flush = flush;
@@ -192,4 +206,19 @@ export class RemoteVmSide {
   close(): void {
     this.server.close();
   }
+}
+
+/**
+ * Takes from the front of `outbox` the messages one exchange carries: as many as fit in MAX_EXCHANGE_BYTES, and at
+ * least one (the run refuses a call, output or result that alone would not fit).
+ */
+export function takeExchange<T>(outbox: T[]): T[] {
+  let bytes = 0;
+  let count = 0;
+  while (count < outbox.length) {
+    bytes += rpcBytes(outbox[count]);
+    if (bytes > MAX_EXCHANGE_BYTES && count > 0) break;
+    count++;
+  }
+  return outbox.splice(0, count);
 }

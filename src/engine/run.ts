@@ -20,6 +20,7 @@ import {
   type StopReason,
   type VmEvent,
 } from "./protocol.ts";
+import { rpcBytes } from "./rpc-bytes.ts";
 import { cleanStack, wrapperColumns } from "./script-wrapper.ts";
 import type { HostArgs, Primitive } from "./values.ts";
 import { type GuestVm, Interrupted, JSException, type VmClock, type VmImage } from "./vm.ts";
@@ -64,6 +65,8 @@ export class VmRun {
     /** The image the VM started from; it is reset to it afterwards. */
     public image: VmImage,
     private readonly emitEvent: (event: VmEvent) => void,
+    /** Bytes (by rpcBytes) one message to the host may take, for a channel that carries no more (see RunnerOptions). */
+    private readonly maxMessageBytes?: number,
   ) {
     const deterministic = request.deterministic;
     this.clockNow = deterministic?.startedAt ?? 0;
@@ -150,6 +153,15 @@ export class VmRun {
     }
     const size = json?.length ?? 0;
     if (size > MAX_VALUE_CHARS) return `the argument of ${name}() is more than ${MAX_VALUE_CHARS} characters of JSON`;
+    const event = { type: "call" as const, exec: this.request.exec, id: this.nextCallId + 1, target, name, args: json };
+    // A channel that carries messages of a bounded size (a remote exchange) could never send this call.
+    const limit = this.maxMessageBytes;
+    if (limit !== undefined) {
+      const bytes = rpcBytes(event);
+      if (bytes > limit) {
+        return `${name}(): the call takes ${bytes} bytes to send, more than the limit of ${limit} bytes of one exchange with the host (MAX_EXCHANGE_BYTES)`;
+      }
+    }
     const { maxCalls, memoryLimitBytes } = this.request;
     if (this.nextCallId >= maxCalls) {
       return `${name}(): this execution has made its limit of ${maxCalls} calls (maxToolCalls)`;
@@ -160,11 +172,11 @@ export class VmRun {
       return `${name}(): the arguments of this execution's open calls and its output would pass its memory limit of ${memoryLimitBytes} bytes`;
     }
     this.held += size;
-    const id = ++this.nextCallId;
-    this.pending.set(id, size);
+    this.nextCallId = event.id;
+    this.pending.set(event.id, size);
     if (this.during) this.during = { seq: this.during.seq, issued: this.nextCallId };
-    this.emit({ type: "call", exec: this.request.exec, id, target, name, args: json });
-    return id;
+    this.emit(event);
+    return event.id;
   }
 
   private output(args: HostArgs): Primitive {
@@ -176,7 +188,9 @@ export class VmRun {
     let message: string | undefined;
     if (this.outputItems > MAX_OUTPUT_ITEMS) message = `output exceeded ${MAX_OUTPUT_ITEMS} items`;
     else if (this.outputChars > MAX_OUTPUT_CHARS) message = `output exceeded ${MAX_OUTPUT_CHARS} characters`;
-    else if (this.held > this.request.memoryLimitBytes) {
+    else if (this.maxMessageBytes !== undefined && rpcBytes(data) + 256 > this.maxMessageBytes) {
+      message = `an output item takes more than the limit of ${this.maxMessageBytes} bytes of one exchange with the host (MAX_EXCHANGE_BYTES)`;
+    } else if (this.held > this.request.memoryLimitBytes) {
       message = `output and the arguments of open calls exceeded the memory limit of ${this.request.memoryLimitBytes} bytes`;
     }
     if (message !== undefined) {
@@ -304,6 +318,12 @@ export class VmRun {
   finishedResult(): RunResult {
     const result = this.result as NonNullable<VmRun["result"]>;
     if (result.ok) {
+      const limit = this.maxMessageBytes;
+      // 1 KiB for the rest of the `done` message.
+      if (limit !== undefined && rpcBytes(result.payload ?? "") + rpcBytes(result.writes ?? "") + 1024 > limit) {
+        const message = `the result and the store's writes take more than the limit of ${limit} bytes of one exchange with the host (MAX_EXCHANGE_BYTES)`;
+        return this.failure("threw", "script", message, "RangeError");
+      }
       return {
         ok: true,
         reason: "returned",

@@ -50,6 +50,11 @@ export interface RunnerOptions extends VmOptions {
    * no memory with the runner learns from it which run holds the thread (see `turn`).
    */
   onLongTurn?: (exec: number | null) => void;
+  /**
+   * Bytes (by rpcBytes) one message to the host may take, for a channel that carries no more (a remote exchange): a
+   * call past it is refused in the script with a RangeError, output or a result past it ends the run.
+   */
+  maxMessageBytes?: number;
 }
 
 /** Int32 slots of the shared `turn` word. */
@@ -146,7 +151,14 @@ export class VmRunner {
 
   private begin(queued: Queued, vm: VmRun["vm"], image: VmImage): void {
     const { request, configured } = queued;
-    const run = new VmRun(request, configured, vm, image, (event) => this.options.emit(event));
+    const run = new VmRun(
+      request,
+      configured,
+      vm,
+      image,
+      (event) => this.options.emit(event),
+      this.options.maxMessageBytes,
+    );
     this.runs.set(request.exec, run);
     this.noteHandled(request.slot);
     vm.dirty = true;

@@ -44,6 +44,8 @@ export interface ServeOptions {
   handled?: Int32Array;
   /** CPU time (ms) after which the VM side asks to be retired (a process, well before its RLIMIT_CPU ends it). */
   retireCpuMs?: number | null;
+  /** Bytes one message to the host may take (see RunnerOptions.maxMessageBytes); default: no limit. */
+  maxMessageBytes?: number;
   /** A command that breaks the protocol; default: it is dropped. */
   onProtocolError?(error: ProtocolError): void;
 }
@@ -86,6 +88,7 @@ export class VmServer {
       turn: options.turn,
       turnEpochMs: options.turnEpochMs,
       handled: options.handled,
+      maxMessageBytes: options.maxMessageBytes,
       emit: (event) => {
         this.enqueue(event);
         if (event.type === "done") this.checkRetire();

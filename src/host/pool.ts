@@ -44,6 +44,15 @@ export const STOP_GRACE_MS = 50;
  * machine takes longer than a worker's grace.
  */
 export const REMOTE_STOP_GRACE_MS = 250;
+
+/** What a call's answer becomes when the channel refused it as too large (`refused`, its RangeError's message). */
+export function tooLargeAnswer(what: string, refused: string): CallOutcome {
+  return {
+    ok: false,
+    message: `the answer to this call is too large to send to the sandbox's ${what}: ${refused}`,
+    properties: undefined,
+  };
+}
 /**
  * Times one run may be on a VM side that ended by itself (a crash with no known culprit) and still be rebuilt; past
  * it, it fails: a run that crashes every VM side it meets must not go on doing so.
@@ -340,8 +349,7 @@ export class PeerPool implements Launcher {
     const refused = peer.settle(run.exec, id, outcome, seq, now);
     if (refused === undefined) return;
     // The call fails in the script instead, as a tool result over the size limit does.
-    const message = `the answer to this call is too large to send to the sandbox's ${this.options.what}: ${refused}`;
-    peer.settle(run.exec, id, { ok: false, message, properties: undefined }, seq, now);
+    peer.settle(run.exec, id, tooLargeAnswer(this.options.what, refused), seq, now);
   }
 
   private stop(run: PoolRun, reason: StopReason): void {

@@ -3,13 +3,15 @@
  * caller picks the object for each execution (`remote()`), makes one RPC to it (`serve`), and hands it an `exchange`
  * function that the object calls back with its messages and that answers with the host's commands. Tools, call
  * records and the deadline stay here; only the VM is remote. A deadline or an abort ends the execution here at once
- * (execution.ts), and the remote VM stops at its next exchange.
+ * (execution.ts), and the remote VM stops at its next exchange. An answer carries at most MAX_EXCHANGE_BYTES of
+ * commands, the rest going with the next; a command that alone would not fit is refused (`send` throws a RangeError).
  */
 import { sandboxFailure, type VmEvent } from "../engine/protocol.ts";
-import type { RemoteExchange } from "../engine/remote.ts";
+import { type RemoteExchange, takeExchange } from "../engine/remote.ts";
+import { MAX_EXCHANGE_BYTES, rpcBytes } from "../engine/rpc-bytes.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import { type HostChannel, HostPeer } from "./peer.ts";
-import { REMOTE_STOP_GRACE_MS } from "./pool.ts";
+import { REMOTE_STOP_GRACE_MS, tooLargeAnswer } from "./pool.ts";
 
 /** What the remote object offers: its RPC method (the Durable Object's `serve`). */
 export interface RemoteSandboxStub {
@@ -31,7 +33,7 @@ export function openRemoteChannel(stub: RemoteSandboxStub): HostChannel {
   let closeHandler: (reason: string) => void = () => {};
   let brokenHandler: (reason: string) => void = () => {};
   let closed = false;
-  let outbox: unknown[] = [];
+  const outbox: unknown[] = [];
   let waiter: (() => void) | undefined;
   const wake = () => {
     const resolve = waiter;
@@ -67,9 +69,8 @@ export function openRemoteChannel(stub: RemoteSandboxStub): HostChannel {
       });
     }
     if (closed) return null;
-    const commands = outbox;
-    outbox = [];
-    return commands;
+    // What is left goes with the next exchange, which the VM side makes at once.
+    return takeExchange(outbox);
   };
   // The peer sets its handlers right after opening; the RPC starts once they are there.
   queueMicrotask(() => {
@@ -89,6 +90,14 @@ export function openRemoteChannel(stub: RemoteSandboxStub): HostChannel {
   return {
     send(commands) {
       if (closed) return;
+      for (const command of commands) {
+        const bytes = rpcBytes(command);
+        if (bytes > MAX_EXCHANGE_BYTES) {
+          throw new RangeError(
+            `a command of ${bytes} bytes is over the limit of ${MAX_EXCHANGE_BYTES} bytes of one exchange (MAX_EXCHANGE_BYTES)`,
+          );
+        }
+      }
       for (const command of commands) outbox.push(command);
       wake();
     },
@@ -164,12 +173,14 @@ export class RemoteLauncher implements Launcher {
     });
     if (sent !== true) {
       peer.kill(sent, "closed");
-      fail(sent);
+      fail(`the execution is too large to send to the remote sandbox: ${sent}`);
     }
     return {
       settle: (id, outcome, seq, now) => {
         const refused = peer.settle(exec, id, outcome, seq, now);
-        if (refused !== undefined) peer.kill(refused, "closed");
+        if (refused === undefined) return;
+        // The call fails in the script instead, as on the other launchers.
+        peer.settle(exec, id, tooLargeAnswer("remote object", refused), seq, now);
       },
       stop: (reason) => peer.stop(exec, reason),
     };
