@@ -307,16 +307,31 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
     }
   };
 
-  /** Writes one change of the journal as its owner; another owner or status means this process lost it. */
-  const append = async (scope: string, id: string, owner: string, type: string, data: JsonObject) => {
-    const result = await store.mutate(scope, id, (record) => {
+  /**
+   * Writes one change of the journal as its owner, and gives back what it wrote; another owner or status means this
+   * process lost it. `data` may be made from the store's clock: times that decide something (an approval's expiry)
+   * must be the store's, which on PostgreSQL is the database's, the same for every worker whatever its own clock says.
+   */
+  const append = async (
+    scope: string,
+    id: string,
+    owner: string,
+    type: string,
+    data: JsonObject | ((now: number) => JsonObject),
+  ): Promise<JsonObject> => {
+    let written: JsonObject | undefined;
+    const result = await store.mutate(scope, id, (record, now) => {
       const state = checkJournal(record);
       if (state.owner !== owner || state.status !== "running") {
         throw new AirlockError("CONFLICT", "another process took this execution over");
       }
-      return { state: record.state, events: [{ type, data }] };
+      written = typeof data === "function" ? data(now) : data;
+      return { state: record.state, events: [{ type, data: written }] };
     });
-    if (result === undefined) throw new AirlockError("STORAGE_UNAVAILABLE", "the call journal is gone");
+    if (result === undefined || written === undefined) {
+      throw new AirlockError("STORAGE_UNAVAILABLE", "the call journal is gone");
+    }
+    return written;
   };
 
   const setState = async (scope: string, id: string, edit: (state: JournalState, now: number) => boolean) => {
@@ -456,20 +471,26 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
                 );
               }
               if (tool !== undefined && (await needsApproval(tool, input))) {
-                const expiresAt = Date.now() + ttlMs;
                 const inputDigest = argsDigest;
-                const digest = domainDigest("airlock:call-approval:v1", {
-                  scope: sh,
-                  runId: state.runId,
-                  executionId: state.executionId,
-                  programDigest: program.digest,
-                  n,
-                  tool: tool.id,
-                  version: tool.version,
-                  inputDigest,
-                  expiresAt,
-                });
-                await track(append(sh, id, owner, "call.awaiting", { n, toolId, argsDigest, digest, expiresAt }));
+                // The expiry, and so the digest that binds it, come from the store's clock (see `append`).
+                const awaiting = await track(
+                  append(sh, id, owner, "call.awaiting", (now) => {
+                    const expiresAt = now + ttlMs;
+                    const digest = domainDigest("airlock:call-approval:v1", {
+                      scope: sh,
+                      runId: state.runId,
+                      executionId: state.executionId,
+                      programDigest: program.digest,
+                      n,
+                      tool: tool.id,
+                      version: tool.version,
+                      inputDigest,
+                      expiresAt,
+                    });
+                    return { n, toolId, argsDigest, digest, expiresAt };
+                  }),
+                );
+                const { digest, expiresAt } = awaiting as { digest: string; expiresAt: number };
                 halt({
                   kind: "paused",
                   pending: {
@@ -621,6 +642,18 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         events: [{ type: "journal.status", data: { status: "running" } }],
       });
       if (!created) throw new AirlockError("CONFLICT", "the executionId was used before; use a new one");
+      // The hold is the store's time, like an approval's expiry (see `append`), and a new record gets none: it is
+      // made with this process's clock and held again at once from the store's, so that another worker judges it
+      // by the database's clock however far this machine's is off.
+      const held = await store.mutate(sh, id, (record, now) => {
+        const journal = checkJournal(record);
+        if (journal.owner !== owner || journal.status !== "running") {
+          throw new AirlockError("CONFLICT", "another process took this execution over");
+        }
+        state.leaseUntil = now + holdMs;
+        return { state: { ...record.state, leaseUntil: state.leaseUntil }, events: [] };
+      });
+      if (held === undefined) throw new AirlockError("STORAGE_UNAVAILABLE", "the call journal is gone");
       return { state, owner };
     }
     let waiting: WaitingOutcome | AttemptOutcome | undefined;
