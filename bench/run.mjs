@@ -317,5 +317,8 @@ row("8. first 30 / steady", "ratio", first30 / steady, undefined);
 mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
 const report = { date: new Date().toISOString(), machine, quick, rows };
 writeFileSync(new URL("./results/latest.json", import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
+// One file per Node major as well, so that the runs on Node 20 and 24 that the README quotes stay side by side.
+const major = process.versions.node.split(".")[0];
+writeFileSync(new URL(`./results/latest-node${major}.json`, import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
 progress.done();
-console.log("wrote bench/results/latest.json");
+console.log(`wrote bench/results/latest.json and latest-node${major}.json`);
