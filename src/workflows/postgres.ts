@@ -234,15 +234,10 @@ class PostgresEngine implements RecordEngine {
     return rows.length === 0 ? undefined : recordFromRow(rows[0] as Parameters<typeof recordFromRow>[0]);
   }
 
-  mutate(
-    scope: string,
-    id: string,
-    change: Mutation,
-    options: { skipLocked?: boolean } = {},
-  ): Promise<{ record: StoredRecord; changed: boolean } | undefined> {
+  mutate(scope: string, id: string, change: Mutation): Promise<{ record: StoredRecord; changed: boolean } | undefined> {
     return this.transaction(async (client) => {
       const locked = await client.query(
-        `SELECT *, ${NOW} AS now FROM ${this.records} WHERE scope = $1 AND id = $2 FOR UPDATE${options.skipLocked ? " SKIP LOCKED" : ""}`,
+        `SELECT *, ${NOW} AS now FROM ${this.records} WHERE scope = $1 AND id = $2 FOR UPDATE`,
         [scope, id],
       );
       if (locked.rowCount !== 1) return undefined;

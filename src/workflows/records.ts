@@ -63,14 +63,9 @@ export interface RecordEngine {
   read(scope: string, id: string): Promise<StoredRecord | undefined>;
   /**
    * Locks the record, computes the change with the store's clock and writes it with its events, all in one
-   * transaction. `undefined` when there is no such record, or (with `skipLocked`) when another transaction holds it.
+   * transaction. `undefined` when there is no such record.
    */
-  mutate(
-    scope: string,
-    id: string,
-    change: Mutation,
-    options?: { skipLocked?: boolean },
-  ): Promise<{ record: StoredRecord; changed: boolean } | undefined>;
+  mutate(scope: string, id: string, change: Mutation): Promise<{ record: StoredRecord; changed: boolean } | undefined>;
   events(scope: string, id: string, after: number, limit: number): Promise<StoredEvent[]>;
   /** Records of every scope, newest change first: for operators (the CLI), never for a scoped caller. */
   list(query: RecordListQuery): Promise<StoredRecord[]>;

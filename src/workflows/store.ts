@@ -131,12 +131,7 @@ export interface WorkflowStore {
   close(): Promise<void>;
   create(record: NewRecord): Promise<{ record: StoredRecord; created: boolean }>;
   read(scope: string, id: string): Promise<StoredRecord | undefined>;
-  mutate(
-    scope: string,
-    id: string,
-    change: Mutation,
-    options?: { skipLocked?: boolean },
-  ): Promise<{ record: StoredRecord; changed: boolean } | undefined>;
+  mutate(scope: string, id: string, change: Mutation): Promise<{ record: StoredRecord; changed: boolean } | undefined>;
   events(scope: string, id: string, after?: number): Promise<StoredEvent[]>;
   list(query: RecordListQuery): Promise<StoredRecord[]>;
   readonly workflows: WorkflowCommands;
@@ -248,29 +243,17 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
   const command = async (
     access: RunAccess,
     change: (run: Draft, now: number, events: NewEvent[]) => boolean | undefined,
-    options?: { skipLocked?: boolean },
   ): Promise<StoredRecord> => {
-    const result = await engine.mutate(
-      access.scope,
-      access.id,
-      (record, now) => {
-        checkAccess(record, access);
-        const run = structuredClone(record.state) as unknown as Draft;
-        const events: NewEvent[] = [];
-        if (change(run, now, events) === false) return null;
-        recompute(run, events);
-        runStateOf(run as unknown as JsonObject);
-        return { state: run as unknown as JsonObject, events };
-      },
-      options,
-    );
-    if (result === undefined) {
-      if (options?.skipLocked) {
-        // Locked by another worker, or absent: tell them apart without waiting.
-        return read(access);
-      }
-      throw new AirlockError("NOT_FOUND", "no workflow run of that id in this scope");
-    }
+    const result = await engine.mutate(access.scope, access.id, (record, now) => {
+      checkAccess(record, access);
+      const run = structuredClone(record.state) as unknown as Draft;
+      const events: NewEvent[] = [];
+      if (change(run, now, events) === false) return null;
+      recompute(run, events);
+      runStateOf(run as unknown as JsonObject);
+      return { state: run as unknown as JsonObject, events };
+    });
+    if (result === undefined) throw new AirlockError("NOT_FOUND", "no workflow run of that id in this scope");
     return result.record;
   };
 
@@ -678,8 +661,7 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
     close: () => engine.close(),
     create: (record: NewRecord) => engine.create(record),
     read: (scope: string, id: string) => engine.read(scope, id),
-    mutate: (scope: string, id: string, change: Mutation, options?: { skipLocked?: boolean }) =>
-      engine.mutate(scope, id, change, options),
+    mutate: (scope: string, id: string, change: Mutation) => engine.mutate(scope, id, change),
     events: (scope: string, id: string, after = 0) => engine.events(scope, id, after, MAX_EVENTS_PER_READ),
     list: (query: RecordListQuery) => engine.list(query),
     workflows: Object.freeze(workflows),
