@@ -15,6 +15,15 @@ export interface LoadQuickJSWasmOptions {
 }
 
 const modules = new Map<string, WebAssembly.Module>();
+/**
+ * The installed package's wasm file, resolved once: adapters ask for the module on every execution (their
+ * availability check), and a package resolution reads the file system (about 0.1-0.2 ms each time).
+ */
+let installedPath: string | undefined;
+const installedWasmPath = (): string => {
+  installedPath ??= createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");
+  return installedPath;
+};
 
 /**
  * Reads QuickJS's wasm, makes its out-of-memory errors catchable (see catchable-oom.ts), instruments its memory writes
@@ -28,7 +37,7 @@ export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions =
   refuseUnknownOptions(options, "loadQuickJSWasm", ["trackWrites"]);
   const trackWrites = options.trackWrites ?? true;
   if (typeof trackWrites !== "boolean") throw new TypeError("loadQuickJSWasm: trackWrites must be a boolean");
-  const resolved = path ?? createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm");
+  const resolved = path ?? installedWasmPath();
   const key = `${trackWrites ? "tracked" : "plain"}:${resolved}`;
   let module = modules.get(key);
   if (!module) {
