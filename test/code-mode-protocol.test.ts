@@ -15,8 +15,9 @@ import {
 } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
 import { runConfiguration } from "../dist/engine/protocol.js";
+import { REMOTE_STOP_GRACE_MS } from "../dist/host/pool.js";
 import { echoTool } from "./helpers/code-mode.ts";
-import { doneMessage, fakeLaunch } from "./helpers/fake-vm-side.ts";
+import { doneMessage, fakeLaunch, stoppedMessage } from "./helpers/fake-vm-side.ts";
 import { type ChildRecord, launchVmSideChild } from "./helpers/vm-side.ts";
 
 const children: ChildRecord[] = [];
@@ -344,6 +345,35 @@ describe("the QuickJS protocol adapter", () => {
       expect(own[0]?.killed).toBe(false);
     } finally {
       await busyAdapter.close();
+    }
+  });
+
+  it("gives a stop a whole grace period after the turn it waited behind ends, even just before its grace runs out", async () => {
+    // The VM side computes run B's turn while run A's stop waits; B's turn ends a little before A's (second) grace
+    // period would run out, and A's `done` comes soon after, well within a grace period of that turn's end.
+    const fake = fakeLaunch((m, reply) => {
+      if (m.type !== "stop") return;
+      const [a, b] = fake.state.sent.flatMap((sent) => (sent.type === "run" ? [sent.request.exec] : []));
+      reply({ type: "busy", exec: b });
+      setTimeout(() => reply({ type: "busy", exec: null }), 2 * REMOTE_STOP_GRACE_MS - 40);
+      setTimeout(() => reply(stoppedMessage(a as number, "aborted")), 2 * REMOTE_STOP_GRACE_MS + 40);
+      setTimeout(() => reply(doneMessage(b as number, "computed")), 2 * REMOTE_STOP_GRACE_MS + 80);
+    });
+    const fakeAdapter = createQuickJsProtocolAdapter({ id: "fake", version: "1", launch: fake.launch });
+    const mode = createCodeMode({ adapter: fakeAdapter, invokeTool: broker, allowTestAdapter: true });
+    try {
+      const controller = new AbortController();
+      const stopped = mode.execute(program("async () => 1"), null, run(controller.signal));
+      const computing = mode.execute(program("async () => 2", 8_000), null, run());
+      await sleep(20);
+      controller.abort();
+      expect((await stopped).status).toBe("cancelled");
+      expect(await computing).toMatchObject({ status: "succeeded", output: "computed" });
+      // The VM side ended the stopped run in time: it was not closed, and B was neither rebuilt nor failed.
+      expect(fake.state.closes).toBe(0);
+      expect(fake.state.launches).toBe(1);
+    } finally {
+      await fakeAdapter.close();
     }
   });
 

@@ -231,9 +231,11 @@ export class HostPeer {
   /**
    * A stopped run's grace: when it runs out the VM side is killed, unless it computes another live run's turn. A stop
    * waits behind that turn (the VM side reads nothing meanwhile), whose own deadline bounds it: the grace then starts
-   * again, so that one run's stop does not end the others.
+   * again, so that one run's stop does not end the others. `behindTurn` says the last period ended inside such a turn:
+   * that turn may have ended just before this period does, so the stop, readable only since then, gets one more whole
+   * period rather than what is left of this one.
    */
-  private armGrace(run: PeerRun): void {
+  private armGrace(run: PeerRun, behindTurn = false): void {
     if (!this.runs.has(run.exec) || run.abandoned || this.dead) return;
     const graceMs = this.options.stopGraceMs;
     const armedAt = performance.now();
@@ -247,7 +249,9 @@ export class HostPeer {
         const other =
           computing !== undefined && computing.exec !== run.exec ? this.runs.get(computing.exec) : undefined;
         const another = other !== undefined && !other.abandoned;
-        if (late || another) this.armGrace(run);
+        if (another) this.armGrace(run, true);
+        else if (late) this.armGrace(run, behindTurn);
+        else if (behindTurn) this.armGrace(run);
         else this.kill(`the ${this.options.what} did not stop a run in time`, "unstopped");
       });
     }, graceMs);
