@@ -22,6 +22,7 @@ import {
   defineCodeProgram,
 } from "airlock-codemode/code-mode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EXTRA_IDLE_MS } from "../dist/host/pool.js";
 import { echoTool } from "./helpers/code-mode.ts";
 import { launchers, pooledLaunchers } from "./helpers/sandboxes.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
@@ -151,6 +152,35 @@ describe.each(pooledLaunchers)("$name pool with a hostile execution among ordina
       }
     },
   );
+
+  it("starts a spare VM side once every one computes, before new work arrives, and is back to one after the spinner", async () => {
+    const own = make({ tools: [add], timeoutMs: 60_000, poolSize: 1, maxPoolSize: 3 }) as Pooled;
+    try {
+      await own.warm();
+      expect(own.poolStats.live).toBe(1);
+      const stop = new AbortController();
+      const spinner = own.execute("while (true) {}", { signal: stop.signal });
+      let spinnerEnded = false;
+      void spinner.then(() => {
+        spinnerEnded = true;
+      });
+      // Nothing but the spinner runs: the spare comes because the only VM side computes, not because work waits.
+      await until(() => own.poolStats.live === 2, "a spare VM side");
+      const neighbour = await own.execute("return await tools.add({ a: 40, b: 2 });");
+      expect(neighbour).toMatchObject({ ok: true, value: 42 });
+      expect(spinnerEnded).toBe(false);
+      // One spare is enough while one VM side computes.
+      expect(own.poolStats.peak).toBe(2);
+      stop.abort();
+      expect(await spinner).toMatchObject({ ok: false, error: { kind: "aborted" } });
+      // Back to one VM side: the extra one closes once idle (across a pipe, a child that computes cannot read its
+      // stop and is killed, and the spare is then the one kept).
+      await until(() => own.poolStats.live === 1, "the extra VM side to close once idle", EXTRA_IDLE_MS + 20_000);
+      expect((await own.execute("return 6 * 7")).ok).toBe(true);
+    } finally {
+      await own.close();
+    }
+  });
 
   it("moves a neighbour whose call's answer waits behind another script's long turn", async () => {
     // A pool of its own, with one worker: the parked execution and the spinner land on the same one.

@@ -9,11 +9,14 @@
  *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead.
  * - Every run holds its memory limit from the host's guest-memory budget while its VM runs; one that does not fit
  *   waits (its deadline still counting).
+ * - Once every VM side computes a long turn, a spare starts before new work arrives (booting one takes longer than
+ *   most executions), and a sandbox that was warmed warms the spare too.
  */
 
 import {
   type CallOutcome,
   CPU_LIMIT_ERROR,
+  type RunConfiguration,
   type RunRequest,
   runConfiguration,
   type StopReason,
@@ -33,6 +36,14 @@ export const STUCK_AFTER_MS = 5;
 const STUCK_CHECK_MS = 2;
 /** How long a VM side beyond the pool's base size stays once it has no runs. */
 export const EXTRA_IDLE_MS = 5_000;
+/**
+ * How long every VM side may compute a run's turn before the pool starts a spare, while it is below its largest size.
+ * New work waits for no VM side that computes: without a spare, the next execution would wait for a boot (0.1-0.7 s
+ * on a busy machine) instead.
+ */
+export const SPARE_AFTER_MS = 50;
+/** How often the pool looks for a need of a spare while it has runs. */
+const SPARE_CHECK_MS = 10;
 /**
  * Time a stopped run has to end before its VM side is killed (the others move elsewhere). A worker thread shares its
  * turn word with the host, so the host knows at once whether it computes another run's turn.
@@ -90,6 +101,18 @@ export interface PeerPoolOptions {
  */
 export const WARM_RUNS = 200;
 
+/**
+ * Warm-up runs a VM side runs at once: each on its own VM, so that a burst of executions after `warm()` finds its VMs
+ * made (at most the VM side's capacity).
+ */
+export const WARM_CONCURRENCY = 8;
+
+/**
+ * Runs of `return 0` with the sandbox's own configuration (its tools and globals) after the warm-up, so that the
+ * first executions do not set that configuration up in a VM on their own time.
+ */
+export const PRIME_RUNS = 2;
+
 /** The warm-up run: a script with a few calls and some output, answered by the pool itself. */
 const WARM_SCRIPT: LaunchRequest = {
   code: 'let t = 0; for (let i = 0; i < 3; i++) t += await tools.warm(i); text("w" + t); return { t, s: JSON.stringify([t]) };',
@@ -108,6 +131,9 @@ const WARM_SCRIPT: LaunchRequest = {
   deterministic: null,
   program: null,
 };
+
+/** The priming run; its configuration is the sandbox's. */
+const PRIME_SCRIPT: Omit<LaunchRequest, "configuration"> = { ...WARM_SCRIPT, code: "return 0" };
 
 /** What the pool did, for monitoring (and tests). */
 export interface PoolStats {
@@ -144,6 +170,9 @@ export class PeerPool implements Launcher {
   private lastExec = 0;
   private closed = false;
   private checkTimer: ReturnType<typeof setTimeout> | undefined;
+  private spareTimer: ReturnType<typeof setInterval> | undefined;
+  /** Set by `warm()`: VM sides started later (spares) are warmed and primed with this configuration as well. */
+  private warmed: { prime: RunConfiguration | undefined } | undefined;
   private readonly idleTimers = new Map<HostPeer, ReturnType<typeof setTimeout>>();
   private readonly stopGraceMs: number;
   private readonly unlisten: () => void;
@@ -160,31 +189,53 @@ export class PeerPool implements Launcher {
     this.unlisten = options.budget.onRelease(() => this.pump());
   }
 
-  /** Resolves once every VM side has booted and run its warm-up; rejects with the reason of the first that could not. */
-  async warm(): Promise<void> {
+  /**
+   * Resolves once every VM side has booted and run its warm-up (primed with `prime`, the sandbox's configuration);
+   * rejects with the reason of the first that could not. Spares the pool starts from then on are warmed as well.
+   */
+  async warm(prime?: RunConfiguration): Promise<void> {
+    this.warmed = { prime };
     await Promise.all(this.peers.map((p) => p.ready));
-    await Promise.all(this.peers.map((p) => this.warmUp(p)));
+    await Promise.all(this.peers.map((p) => this.warmUp(p, false)));
   }
 
   /** Runs a booted VM side's warm-up (once; a second caller waits for the first's). */
-  private warmUp(peer: HostPeer): Promise<void> {
-    peer.warming ??= this.runWarmUp(peer);
+  private warmUp(peer: HostPeer, spare: boolean): Promise<void> {
+    peer.warming ??= this.runWarmUp(peer, spare);
     return peer.warming;
   }
 
-  private async runWarmUp(peer: HostPeer): Promise<void> {
-    const runs = this.options.warmRuns ?? WARM_RUNS;
-    for (let i = 0; i < runs && !peer.dead && !this.closed; i++) {
-      const exec = ++this.lastExec;
-      const done = new Promise<void>((resolve) => {
-        const sent = peer.launch({ ...WARM_SCRIPT, random: null, journal: false, replayClock: null }, exec, (event) => {
-          if (event.type === "call") peer.settle(exec, event.id, { ok: true, value: String(event.id) }, null, null);
-          if (event.type === "done") resolve();
-        });
-        if (sent !== true) resolve();
-      });
-      await Promise.race([done, peer.gone]);
+  /**
+   * A spare runs one batch of warm-up runs and the priming, and stops as soon as the pool gives it work: it was
+   * started because work may come, and work on a cold VM side is better than work waiting for a warm-up.
+   */
+  private async runWarmUp(peer: HostPeer, spare: boolean): Promise<void> {
+    const batch = Math.max(1, Math.min(WARM_CONCURRENCY, this.options.capacity));
+    const runs = spare ? batch : (this.options.warmRuns ?? WARM_RUNS);
+    const taken = () => spare && [...peer.runs.values()].some((r) => this.byExec.has(r.exec));
+    for (let i = 0; i < runs && !taken(); i += batch) {
+      const count = Math.min(batch, runs - i);
+      await Promise.all(Array.from({ length: count }, () => this.warmRun(peer, WARM_SCRIPT)));
     }
+    const prime = this.warmed?.prime;
+    for (let i = 0; prime && i < PRIME_RUNS && !taken(); i++) {
+      await this.warmRun(peer, { ...PRIME_SCRIPT, configuration: prime });
+    }
+    if (spare) this.idleCheck();
+  }
+
+  /** One warm-up run, answered by the pool itself; skipped when the VM side has no room or is gone. */
+  private async warmRun(peer: HostPeer, request: LaunchRequest): Promise<void> {
+    if (peer.dead || this.closed || peer.free === 0) return;
+    const exec = ++this.lastExec;
+    const done = new Promise<void>((resolve) => {
+      const sent = peer.launch({ ...request, random: null, journal: false, replayClock: null }, exec, (event) => {
+        if (event.type === "call") peer.settle(exec, event.id, { ok: true, value: String(event.id) }, null, null);
+        if (event.type === "done") resolve();
+      });
+      if (sent !== true) resolve();
+    });
+    await Promise.race([done, peer.gone]);
   }
 
   /** Live VM sides (for tests and monitoring). */
@@ -201,7 +252,7 @@ export class PeerPool implements Launcher {
     return this.peers.filter((p) => !p.dead);
   }
 
-  private spawn(): HostPeer {
+  private spawn(spare = false): HostPeer {
     const peer = new HostPeer(this.options.open(), {
       bootTimeoutMs: this.options.bootTimeoutMs,
       stopGraceMs: this.stopGraceMs,
@@ -214,7 +265,11 @@ export class PeerPool implements Launcher {
     this.peers.push(peer);
     this.counts.peak = Math.max(this.counts.peak, this.peerCount);
     peer.ready.then(
-      () => this.pump(),
+      () => {
+        if (spare && this.warmed && !this.closed) void this.warmUp(peer, true);
+        this.pump();
+        this.idleCheck();
+      },
       () => {},
     );
     return peer;
@@ -299,18 +354,46 @@ export class PeerPool implements Launcher {
         booting = true;
         continue;
       }
-      if (peer === except || peer.free === 0) continue;
-      const computing = peer.computing();
-      if (computing !== undefined && computing.forMs >= STUCK_AFTER_MS) continue;
-      const score = (computing ? 1e6 : 0) + peer.runs.size;
+      if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS)) continue;
+      const score = (peer.computing() ? 1e6 : 0) + peer.runs.size;
       if (score < bestScore) {
         best = peer;
         bestScore = score;
       }
     }
     if (best) return best;
-    if (!booting && this.peers.filter((p) => !p.dead).length < this.options.maxSize) this.spawn();
+    if (!booting && this.peerCount < this.options.maxSize) this.spawn();
     return undefined;
+  }
+
+  /** Whether a booted VM side has room and does not compute a run's turn of `longMs` or more. */
+  private takesWork(peer: HostPeer, longMs: number): boolean {
+    return !peer.dead && peer.booted && peer.free > 0 && !this.longTurn(peer, longMs);
+  }
+
+  /** Whether a VM side other than `except` takes work now or boots (and will). */
+  private hasFreeSide(except: HostPeer | undefined, longMs: number): boolean {
+    return this.peers.some((p) => p !== except && !p.dead && (!p.booted || this.takesWork(p, longMs)));
+  }
+
+  /** Whether the VM side computes one of the pool's runs for `longMs` or more (a warm-up turn does not count). */
+  private longTurn(peer: HostPeer, longMs: number): boolean {
+    const computing = peer.computing();
+    return computing !== undefined && computing.forMs >= longMs && this.byExec.has(computing.exec);
+  }
+
+  /** While the pool has runs: starts a spare once no VM side takes work and the pool is below its largest. */
+  private watchSpare(): void {
+    if (this.spareTimer || this.closed) return;
+    this.spareTimer = setInterval(() => {
+      if (this.closed || this.byExec.size === 0) {
+        clearInterval(this.spareTimer);
+        this.spareTimer = undefined;
+        return;
+      }
+      if (this.peerCount < this.options.maxSize && !this.hasFreeSide(undefined, SPARE_AFTER_MS)) this.spawn(true);
+    }, SPARE_CHECK_MS);
+    this.spareTimer.unref?.();
   }
 
   private place(run: PoolRun, peer: HostPeer): void {
@@ -319,6 +402,7 @@ export class PeerPool implements Launcher {
     run.exec = exec;
     this.byExec.set(exec, run);
     this.cancelIdle(peer);
+    this.watchSpare();
     const request = run.replay ? { ...run.request, replayClock: [...(run.journal as Journal).clock] } : run.request;
     const sent = peer.launch(request, exec, (event) => this.onEvent(run, exec, event));
     if (sent !== true) {
@@ -459,7 +543,7 @@ export class PeerPool implements Launcher {
         if (!run || run.done || run.stopped) continue;
         // Its command is not taken yet: look again until it is, and move it once the turn ahead of it runs long.
         again = true;
-        if (computing && computing.forMs >= STUCK_AFTER_MS && run.journal) this.move(run, peer);
+        if (this.longTurn(peer, STUCK_AFTER_MS) && run.journal) this.move(run, peer);
       }
     }
     this.pump();
@@ -560,15 +644,20 @@ export class PeerPool implements Launcher {
       const peer = live[i] as HostPeer;
       if (peer.runs.size > 0 || this.idleTimers.has(peer)) continue;
       extra--;
-      const timer = setTimeout(() => {
-        this.idleTimers.delete(peer);
-        if (peer.runs.size === 0 && this.peers.filter((p) => !p.dead).length > this.options.size) {
-          peer.kill(`the ${this.options.what} was idle`);
-        }
-      }, EXTRA_IDLE_MS);
-      timer.unref?.();
-      this.idleTimers.set(peer, timer);
+      this.armIdle(peer);
     }
+  }
+
+  /** An idle extra is kept while it is the only VM side free for new work: closing it would start another. */
+  private armIdle(peer: HostPeer): void {
+    const timer = setTimeout(() => {
+      this.idleTimers.delete(peer);
+      if (peer.dead || peer.runs.size > 0 || this.peerCount <= this.options.size) return;
+      if (this.hasFreeSide(peer, SPARE_AFTER_MS)) peer.kill(`the ${this.options.what} was idle`);
+      else this.armIdle(peer);
+    }, EXTRA_IDLE_MS);
+    timer.unref?.();
+    this.idleTimers.set(peer, timer);
   }
 
   private cancelIdle(peer: HostPeer): void {
@@ -581,6 +670,7 @@ export class PeerPool implements Launcher {
     this.closed = true;
     this.unlisten();
     if (this.checkTimer) clearTimeout(this.checkTimer);
+    if (this.spareTimer) clearInterval(this.spareTimer);
     for (const timer of this.idleTimers.values()) clearTimeout(timer);
     this.idleTimers.clear();
     const message = this.options.closedMessage ?? "the sandbox is closed";

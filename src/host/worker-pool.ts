@@ -5,7 +5,7 @@
  * time is terminated, its other executions rebuilt elsewhere.
  */
 import { availableParallelism } from "node:os";
-import type { VmEvent } from "../engine/protocol.ts";
+import type { RunConfiguration, VmEvent } from "../engine/protocol.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
 import { PeerPool, type PoolStats } from "./pool.ts";
@@ -52,9 +52,9 @@ export class WorkerPool implements Launcher {
     });
   }
 
-  /** Resolves once every worker has booted. */
-  warm(): Promise<void> {
-    return this.pool.warm();
+  /** Resolves once every worker has booted and run its warm-up, primed with `prime` (see PeerPool.warm). */
+  warm(prime?: RunConfiguration): Promise<void> {
+    return this.pool.warm(prime);
   }
 
   /** Live worker threads (for tests and monitoring). */

@@ -8,7 +8,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
-import type { HostCommand, VmEvent } from "../engine/protocol.ts";
+import type { HostCommand, RunConfiguration, VmEvent } from "../engine/protocol.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
 import type { GuestMemoryBudget } from "../host/memory-budget.ts";
 import type { HostChannel } from "../host/peer.ts";
@@ -199,9 +199,12 @@ export class ProcessPool implements Launcher {
     });
   }
 
-  /** Resolves once every child has booted; rejects with the reason of the first that could not. */
-  warm(): Promise<void> {
-    return this.pool.warm();
+  /**
+   * Resolves once every child has booted and run its warm-up, primed with `prime` (see PeerPool.warm); rejects with
+   * the reason of the first that could not.
+   */
+  warm(prime?: RunConfiguration): Promise<void> {
+    return this.pool.warm(prime);
   }
 
   /** Live child processes (for tests and monitoring). */

@@ -74,7 +74,7 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
 
   /** Resolves once every child has booted; executions wait for this by themselves. Rejects if a child cannot boot. */
   async warm(): Promise<void> {
-    await this.pool.warm();
+    await this.pool.warm(this.warmConfiguration());
     await this.warmHost();
   }
 

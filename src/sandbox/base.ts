@@ -383,6 +383,11 @@ export abstract class CodemodeSandboxBase {
 
   private hostWarming: Promise<void> | undefined;
 
+  /** The configuration `warm()` primes the VM sides with: the tools and globals registered now. */
+  protected warmConfiguration(): RunConfiguration {
+    return this.registryView().configuration;
+  }
+
   private async runHostWarm(): Promise<void> {
     for (let i = 0; i < HOST_WARM_RUNS && !this.closed; i++) {
       const execution = new Execution(this.launcher, {

@@ -64,8 +64,11 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
 
   /** Resolves once every worker has booted; executions wait for this by themselves. */
   async warm(): Promise<void> {
-    await this.pool.warm();
-    if (this.pool instanceof DeferredLauncher) await this.pool.inner?.warm();
+    const prime = this.warmConfiguration();
+    if (this.pool instanceof DeferredLauncher) {
+      await this.pool.warm();
+      await this.pool.inner?.warm(prime);
+    } else await this.pool.warm(prime);
     await this.warmHost();
   }
 
