@@ -382,9 +382,12 @@ export class PeerPool implements Launcher {
     return computing !== undefined && computing.forMs >= longMs && this.byExec.has(computing.exec);
   }
 
-  /** While the pool has runs: starts a spare once no VM side takes work and the pool is below its largest. */
+  /**
+   * While the pool has runs: starts a spare once no VM side takes work and the pool is below its largest. Not for a
+   * lazy pool, whose VM sides start only for work (a transport's launch may start a container).
+   */
   private watchSpare(): void {
-    if (this.spareTimer || this.closed) return;
+    if (this.spareTimer || this.closed || this.options.lazy) return;
     this.spareTimer = setInterval(() => {
       if (this.closed || this.byExec.size === 0) {
         clearInterval(this.spareTimer);
