@@ -23,13 +23,19 @@ import type {
   CodemodeTool,
 } from "../types.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
+import { AirlockError, isErrorCode } from "../tools/errors.ts";
 
 /** The longest delay a Node timer takes: 2^31 - 1 ms, about 24.8 days. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** How a call is answered: by running the host's tool (execute) or by the caller of a deterministic run. */
 export type CallHandler =
-  | { kind: "tools"; resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined }
+  | {
+      kind: "tools";
+      resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined;
+      /** Given to every call as `context.caller` (see `CodemodeExecuteOptions.caller`). */
+      caller?: unknown;
+    }
   | {
       kind: "deterministic";
       /**
@@ -339,7 +345,9 @@ export class Execution {
     // call stack (launchers also defer commands that arrive while their VM runs).
     // Most tools never look at their signal: it is made when first read (already aborted if the call has ended).
     const openCalls = this.open;
+    const caller = handler.caller;
     const context = {
+      ...(caller === undefined ? {} : { caller }),
       get signal(): AbortSignal {
         if (!open.controller) {
           open.controller = new AbortController();
@@ -362,6 +370,8 @@ export class Execution {
         this.answer(id, {
           ok: false,
           message: errorMessage(error, `${name} failed with an error whose message cannot be read`),
+          // An Airlock error keeps its public code, so that a script can tell a blocked call from a failed one.
+          ...(error instanceof AirlockError && isErrorCode(error.code) ? { properties: { code: error.code } } : {}),
         }),
     );
   }

@@ -12,7 +12,14 @@ export {
   PROTECTED_RESOURCE_METADATA_PATH,
 } from "./auth.ts";
 export {
+  type ApprovalAsker,
+  type ApprovalDecision,
+  type ApprovalRecord,
+  MAX_APPROVAL_ARGUMENTS_CHARS,
+} from "./approval.ts";
+export {
   loadMcpConfig,
+  type McpApprovalConfig,
   type McpConfig,
   type McpHttpServerConfig,
   type McpServerConfig,
@@ -23,8 +30,10 @@ export {
   parseMcpConfig,
 } from "./config.ts";
 export {
+  DEFAULT_APPROVAL_TIMEOUT_MS,
   DEFAULT_GATEWAY_TIMEOUT_MS,
   DEFAULT_HTTP_HOST,
+  DEFAULT_MAX_APPROVALS_PER_EXECUTION,
   DEFAULT_MAX_OUTPUT_TOKENS,
   DEFAULT_SESSION_IDLE_MS,
 } from "./defaults.ts";
