@@ -11,6 +11,7 @@ import {
   type RunResult,
   type VmEvent,
 } from "../engine/protocol.ts";
+import { AirlockError, isErrorCode } from "../tools/errors.ts";
 import type {
   CodemodeCall,
   CodemodeError,
@@ -23,7 +24,6 @@ import type {
   CodemodeTool,
 } from "../types.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
-import { AirlockError, isErrorCode } from "../tools/errors.ts";
 
 /** The longest delay a Node timer takes: 2^31 - 1 ms, about 24.8 days. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -370,8 +370,7 @@ export class Execution {
         this.answer(id, {
           ok: false,
           message: errorMessage(error, `${name} failed with an error whose message cannot be read`),
-          // An Airlock error keeps its public code, so that a script can tell a blocked call from a failed one.
-          ...(error instanceof AirlockError && isErrorCode(error.code) ? { properties: { code: error.code } } : {}),
+          ...publicCode(error),
         }),
     );
   }
@@ -434,6 +433,18 @@ export class Execution {
         : { ok: false, error: clipError(partial.error), output: this.output, calls: this.calls };
     this.options.onEnd(this);
     this.resolve(result);
+  }
+}
+
+/**
+ * An Airlock error's public code, kept in the rejection the script sees so that it can tell a blocked call from a
+ * failed one. Nothing else of an error crosses; a value that cannot be inspected (a revoked proxy) has none.
+ */
+function publicCode(error: unknown): { properties?: { code: string } } {
+  try {
+    return error instanceof AirlockError && isErrorCode(error.code) ? { properties: { code: error.code } } : {};
+  } catch {
+    return {};
   }
 }
 

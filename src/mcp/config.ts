@@ -334,10 +334,7 @@ function parseAllow(value: unknown, fail: (field: string, message: string) => ne
   return [...new Set(names as string[])];
 }
 
-function parseApproval(
-  value: unknown,
-  fail: (field: string, message: string) => never,
-): "always" | "never" | string[] {
+function parseApproval(value: unknown, fail: (field: string, message: string) => never): "always" | "never" | string[] {
   if (value === undefined || value === "never") return "never";
   if (value === "always") return "always";
   if (!Array.isArray(value)) {

@@ -3,6 +3,13 @@
  *
  * Upstream tools are named `<server>__<tool>` (see `mcpToolName`): `tools.github__create_issue(args)` in a script.
  */
+
+export {
+  type ApprovalAsker,
+  type ApprovalDecision,
+  type ApprovalRecord,
+  MAX_APPROVAL_ARGUMENTS_CHARS,
+} from "./approval.ts";
 export {
   DEFAULT_OAUTH_ALGORITHMS,
   MAX_AUTHORIZATION_CHARS,
@@ -11,12 +18,6 @@ export {
   type OAuthResourceServerOptions,
   PROTECTED_RESOURCE_METADATA_PATH,
 } from "./auth.ts";
-export {
-  type ApprovalAsker,
-  type ApprovalDecision,
-  type ApprovalRecord,
-  MAX_APPROVAL_ARGUMENTS_CHARS,
-} from "./approval.ts";
 export {
   loadMcpConfig,
   type McpApprovalConfig,
