@@ -120,6 +120,11 @@ describe("airlock run --config", () => {
         'server "x": "approval" must be "always", "never" or an array of tool names (whose calls a person approves), got the string "yes"',
       );
     }
+    const badDeadline = await runCli(["serve", "--config", "gated.json", "--approval-timeout", "0"], { cwd: dir });
+    expect(badDeadline.code).toBe(2);
+    expect(badDeadline.stderr).toContain(
+      '--approval-timeout must be a positive integer number of milliseconds up to 2147483647, got "0"',
+    );
   }, 70_000);
 
   it("fails with exit status 1 when a server does not start, with what it said", async () => {
