@@ -18,6 +18,7 @@ import {
 import {
   type ExecuteStructuredResult,
   MAX_APPROVAL_ARGUMENTS_CHARS,
+  MAX_APPROVAL_RECORDS,
   McpGateway,
   serveGatewayHttp,
 } from "airlock-codemode/mcp";
@@ -257,27 +258,27 @@ describe.each([stdio(), http()])("over $name", (transport) => {
     expect(result.structuredContent.approvals).toEqual([{ server: "mail", tool: "send_mail", decision: "expired" }]);
   });
 
-  it("asks at most DEFAULT_MAX_APPROVALS_PER_EXECUTION (20) times in one execution", async () => {
+  it("asks at most DEFAULT_MAX_APPROVALS_PER_EXECUTION (20) times in one execution, and lists at most 100 calls", async () => {
     const { client, asked } = await transport.connect(accept);
     const result = await execute(
       client,
       [
         "const codes = [];",
-        "for (let n = 0; n < 21; n++) {",
+        "for (let n = 0; n < 130; n++) {",
         "  try { await tools.mail__send_mail({ n }); codes.push('sent'); } catch (error) { codes.push(error.code); }",
         "}",
         "return codes;",
       ].join("\n"),
     );
-    expect(result.structuredContent.value).toEqual([...Array(20).fill("sent"), "GUARD_BLOCKED"]);
+    expect(result.structuredContent.value).toEqual([...Array(20).fill("sent"), ...Array(110).fill("GUARD_BLOCKED")]);
     expect(sent("mail").map((call) => call.arguments.n)).toEqual([...Array(20).keys()]);
     expect(asked).toHaveLength(20);
-    expect(result.structuredContent.approvals).toHaveLength(21);
-    expect(result.structuredContent.approvals?.[20]).toEqual({
-      server: "mail",
-      tool: "send_mail",
-      decision: "over_limit",
-    });
+    const approvals = result.structuredContent.approvals ?? [];
+    expect(approvals).toHaveLength(MAX_APPROVAL_RECORDS);
+    expect(approvals.slice(0, 20).every((record) => record.decision === "accepted")).toBe(true);
+    expect(approvals.slice(20).every((record) => record.decision === "over_limit")).toBe(true);
+    expect(approvals[20]).toEqual({ server: "mail", tool: "send_mail", decision: "over_limit" });
+    expect(result.structuredContent.approvalsNotListed).toBe(30);
   });
 
   it("refuses a call whose arguments are too long to show a person, without asking", async () => {
@@ -423,6 +424,9 @@ describe("outside a session", () => {
     );
     await expect(McpGateway.start(config, { poolSize: 1, maxApprovalsPerExecution: 1.5 })).rejects.toThrow(
       "maxApprovalsPerExecution must be a positive integer, got 1.5",
+    );
+    await expect(McpGateway.start(config, { poolSize: 1, maxApprovalsPerExecution: 101 })).rejects.toThrow(
+      "maxApprovalsPerExecution must be at most 100 (MAX_APPROVAL_RECORDS), got 101",
     );
   });
 });

@@ -20,6 +20,11 @@ import { AirlockError } from "../tools/errors.ts";
  * is refused without asking: a person approves exactly what is sent, never a cut of it.
  */
 export const MAX_APPROVAL_ARGUMENTS_CHARS = 8_000;
+/**
+ * Calls that needed approval listed in one execution's `approvals`; past it they are counted only (a program may make
+ * thousands of calls that are refused without asking).
+ */
+export const MAX_APPROVAL_RECORDS = 100;
 /** Characters of a client's error message kept in the script's error when an approval request fails. */
 const MAX_CLIENT_ERROR_CHARS = 200;
 
@@ -107,6 +112,8 @@ const APPROVAL_SCHEMA = {
 export class ApprovalGate {
   /** Every call that needed approval, with what became of it, in order. */
   readonly approvals: ApprovalRecord[] = [];
+  /** Calls past `MAX_APPROVAL_RECORDS`, not listed. */
+  notListed = 0;
   private asked = 0;
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -122,6 +129,11 @@ export class ApprovalGate {
     return turn;
   }
 
+  /** Whether any call needed approval. */
+  get used(): boolean {
+    return this.approvals.length > 0;
+  }
+
   /** The calls refused because the client cannot be asked. */
   get unsupported(): ApprovalRecord[] {
     return this.approvals.filter((record) => record.decision === "unsupported");
@@ -129,7 +141,9 @@ export class ApprovalGate {
 
   private async ask(call: ApprovalCall, signal: AbortSignal): Promise<void> {
     const decide = (decision: ApprovalDecision, message?: string): void => {
-      this.approvals.push({ server: call.server, tool: call.tool, decision });
+      if (this.approvals.length < MAX_APPROVAL_RECORDS) {
+        this.approvals.push({ server: call.server, tool: call.tool, decision });
+      } else this.notListed++;
       if (message !== undefined) throw blocked(`${message}; the call was not sent`);
     };
     const what = `tools.${call.name}`;

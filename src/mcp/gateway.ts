@@ -13,7 +13,13 @@ import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import { startTrace, withTraceContext } from "../tracing/index.ts";
 import type { CodemodeProgressEvent, CodemodeResult, CodemodeTool } from "../types.ts";
-import { type ApprovalAsker, ApprovalGate, type ApprovalLimits, unsupportedNote } from "./approval.ts";
+import {
+  type ApprovalAsker,
+  ApprovalGate,
+  type ApprovalLimits,
+  MAX_APPROVAL_RECORDS,
+  unsupportedNote,
+} from "./approval.ts";
 import {
   DEFAULT_APPROVAL_TIMEOUT_MS,
   DEFAULT_GATEWAY_TIMEOUT_MS,
@@ -166,6 +172,12 @@ export class McpGateway {
         "maxApprovalsPerExecution",
       ),
     };
+    // Every request asked is listed in the result.
+    if (this.approvalLimits.maxRequests > MAX_APPROVAL_RECORDS) {
+      throw new RangeError(
+        `maxApprovalsPerExecution must be at most ${MAX_APPROVAL_RECORDS} (MAX_APPROVAL_RECORDS), got ${this.approvalLimits.maxRequests}`,
+      );
+    }
     this.resources = new UpstreamResources(toolset);
     this.ownsSandbox = options.sandbox === undefined;
     this.sandbox =
@@ -328,9 +340,12 @@ export class McpGateway {
       }
     }
     const answer = await formatRunResult(result, { maxOutputTokens, maxOutputTokensLimit: this.maxOutputTokens });
-    if (gate === undefined || gate.approvals.length === 0) return answer;
+    if (gate === undefined || !gate.used) return answer;
     // What was asked, and what the person answered, whether or not the program reported it.
-    if (answer.structuredContent !== undefined) answer.structuredContent.approvals = [...gate.approvals];
+    if (answer.structuredContent !== undefined) {
+      answer.structuredContent.approvals = [...gate.approvals];
+      if (gate.notListed > 0) answer.structuredContent.approvalsNotListed = gate.notListed;
+    }
     const unsupported = gate.unsupported;
     if (unsupported.length > 0) answer.content.push({ type: "text", text: unsupportedNote(unsupported) });
     return answer;

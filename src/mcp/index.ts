@@ -9,6 +9,7 @@ export {
   type ApprovalDecision,
   type ApprovalRecord,
   MAX_APPROVAL_ARGUMENTS_CHARS,
+  MAX_APPROVAL_RECORDS,
 } from "./approval.ts";
 export {
   DEFAULT_OAUTH_ALGORITHMS,

@@ -30,6 +30,8 @@ export interface ExecuteStructuredResult {
   error?: { kind: string; name?: string; message: string };
   /** The calls that needed a person's approval, in order, and what became of each (see approval.ts). */
   approvals?: { server: string; tool: string; decision: string }[];
+  /** Calls that needed approval past the `MAX_APPROVAL_RECORDS` listed (all of them refused without asking). */
+  approvalsNotListed?: number;
 }
 
 /** The `outputSchema` of `execute`. */
@@ -77,6 +79,11 @@ export const EXECUTE_OUTPUT_SCHEMA = {
         },
         required: ["server", "tool", "decision"],
       },
+    },
+    approvalsNotListed: {
+      type: "integer",
+      minimum: 1,
+      description: "Calls that needed approval past the most listed in approvals (refused without asking)",
     },
   },
   required: ["ok", "output", "images", "truncated", "calls"],
