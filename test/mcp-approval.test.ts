@@ -258,6 +258,40 @@ describe.each([stdio(), http()])("over $name", (transport) => {
     expect(result.structuredContent.approvals).toEqual([{ server: "mail", tool: "send_mail", decision: "expired" }]);
   });
 
+  it("sends nothing when the run's own deadline ends while the person reads, even if the person accepts later", async () => {
+    let answeredLate = false;
+    const late: Answer = async (params, signal) => {
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      answeredLate = true;
+      return accept(params, signal);
+    };
+    const { client } = await transport.connect(late);
+    const result = await execute(client, `// @options: {"timeout_ms": 300}\n${SEND}`);
+    expect(result.structuredContent.error?.kind).toBe("timeout");
+    await expect.poll(() => answeredLate, { timeout: 5_000 }).toBe(true);
+    // The late answer reached the gateway (or was dropped as withdrawn) before this execute's answer below.
+    expect((await execute(client, "return await tools.mail__read_inbox({});")).isError).toBeFalsy();
+    expect(sent("mail")).toEqual([{ tool: "read_inbox", arguments: {} }]);
+  });
+
+  it("does not send a call when the client answers the request with an error", async () => {
+    const { client } = await transport.connect(async () => {
+      throw new Error("the approval window crashed");
+    });
+    const result = await execute(
+      client,
+      "try { await tools.mail__send_mail({ to: 'x' }); } catch (error) { return [error.code, error.message]; }",
+    );
+    expect(result.structuredContent.value).toEqual([
+      "GUARD_BLOCKED",
+      expect.stringMatching(
+        /^the approval request for tools\.mail__send_mail failed: .*the approval window crashed.*; the call was not sent$/,
+      ),
+    ]);
+    expect(sent("mail")).toEqual([]);
+    expect(result.structuredContent.approvals).toEqual([{ server: "mail", tool: "send_mail", decision: "failed" }]);
+  });
+
   it("asks at most DEFAULT_MAX_APPROVALS_PER_EXECUTION (20) times in one execution, and lists at most 100 calls", async () => {
     const { client, asked } = await transport.connect(accept);
     const result = await execute(

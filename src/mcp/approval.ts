@@ -186,6 +186,8 @@ export class ApprovalGate {
       const reason = String((error as Error)?.message ?? error).slice(0, MAX_CLIENT_ERROR_CHARS);
       return decide("failed", `the approval request for ${what} failed: ${reason}`);
     }
+    // An answer that comes after the run ended sends nothing.
+    if (signal.aborted) return decide("expired", `the run ended while ${what} waited for a person's approval`);
     if (result.action === "accept" && result.content?.approve === true) return decide("accepted");
     if (result.action === "cancel") {
       return decide("cancelled", `the person dismissed the approval request for ${what} without answering`);
