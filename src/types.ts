@@ -3,6 +3,11 @@
 export interface CodemodeToolContext {
   /** Aborted when the script finishes (unawaited calls included), times out, is aborted, or the sandbox closes. */
   signal: AbortSignal;
+  /**
+   * The `caller` the execution was started with (`execute(code, { caller })`), for tools that act for whoever asked
+   * for the run (the MCP gateway passes the client's session, to ask its person to approve a call). Absent when none.
+   */
+  caller?: unknown;
 }
 
 /** A JSON Schema document. It shapes declarations for the model; values are not validated against it. */
@@ -90,6 +95,8 @@ export interface CodemodeExecuteOptions {
    * listener that throws is ignored.
    */
   onProgress?: (event: CodemodeProgressEvent) => void;
+  /** Handed to every tool call of the execution as `context.caller`; never reaches the script. */
+  caller?: unknown;
 }
 
 /** What `onProgress` hears of a run while it runs. */

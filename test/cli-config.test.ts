@@ -82,6 +82,51 @@ describe("airlock run --config", () => {
     expect(readOnly.stderr).toContain("airlock run: --read-only needs --config <mcp.json>");
   });
 
+  it("refuses a call that needs a person's approval (no client to ask), and a bad approval field", async () => {
+    writeFileSync(
+      join(dir, "gated.json"),
+      JSON.stringify({
+        mcpServers: { everything: { ...everything(), tools: ["get-sum", "echo"], approval: ["get-sum"] } },
+      }),
+    );
+    const result = await runCli(["run", "-", "--config", "gated.json", "--json"], {
+      cwd: dir,
+      input: [
+        "let refused;",
+        "try { await tools.everything__get_sum({ a: 1, b: 2 }); } catch (e) { refused = [e.code, e.message]; }",
+        "return [refused, await tools.everything__echo({ message: 'ungated' })];",
+      ].join("\n"),
+      ...options,
+    });
+    expect(result.code).toBe(0);
+    expect((JSON.parse(result.stdout) as { value: unknown }).value).toEqual([
+      [
+        "GUARD_BLOCKED",
+        'tools.everything__get_sum needs a person\'s approval (the "approval" field of server "everything"), and this run has no MCP client to ask: only the gateway\'s execute asks, through MCP elicitation; the call was not sent',
+      ],
+      "Echo: ungated",
+    ]);
+    writeFileSync(
+      join(dir, "bad-approval.json"),
+      JSON.stringify({ mcpServers: { x: { command: "node", approval: "yes" } } }),
+    );
+    for (const command of ["run", "serve"]) {
+      const bad = await runCli(
+        command === "run" ? ["run", "-", "--config", "bad-approval.json"] : ["serve", "--config", "bad-approval.json"],
+        { cwd: dir, input: "return 1" },
+      );
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain(
+        'server "x": "approval" must be "always", "never" or an array of tool names (whose calls a person approves), got the string "yes"',
+      );
+    }
+    const badDeadline = await runCli(["serve", "--config", "gated.json", "--approval-timeout", "0"], { cwd: dir });
+    expect(badDeadline.code).toBe(2);
+    expect(badDeadline.stderr).toContain(
+      '--approval-timeout must be a positive integer number of milliseconds up to 2147483647, got "0"',
+    );
+  }, 70_000);
+
   it("fails with exit status 1 when a server does not start, with what it said", async () => {
     writeFileSync(
       join(dir, "dies.json"),

@@ -118,3 +118,46 @@ describe("VS Code's servers format", () => {
     }
   });
 });
+
+describe("the approval field", () => {
+  it("is never by default, and takes always, never or tool names, on stdio and HTTP servers", () => {
+    const parsed = parseMcpConfig({
+      mcpServers: {
+        plain: { command: "x" },
+        all: { command: "x", approval: "always" },
+        none: { url: "http://127.0.0.1:1/mcp", approval: "never" },
+        some: { url: "http://127.0.0.1:1/mcp", approval: ["send", "send", "some__delete"] },
+      },
+    });
+    expect(parsed.warnings).toEqual([]);
+    expect(parsed.servers.map((server) => [server.name, server.approval])).toEqual([
+      ["plain", "never"],
+      ["all", "always"],
+      ["none", "never"],
+      ["some", ["send", "some__delete"]],
+    ]);
+  });
+
+  it("refuses any other value, naming the server, the field and the value", () => {
+    expect(configError({ mcpServers: { mail: { command: "x", approval: "ask" } } })).toMatchObject({
+      server: "mail",
+      field: "approval",
+      message:
+        'mcp.json: server "mail": "approval" must be "always", "never" or an array of tool names (whose calls a person approves), got the string "ask"',
+    });
+    expect(configError({ servers: { mail: { type: "http", url: "http://x/mcp", approval: {} } } })).toMatchObject({
+      field: "approval",
+      message: expect.stringContaining("got an object"),
+    });
+    expect(configError({ mcpServers: { mail: { command: "x", approval: ["send", ""] } } })).toMatchObject({
+      server: "mail",
+      field: "approval[1]",
+      message: 'mcp.json: server "mail": "approval[1]" must be a tool name (a non-empty string), got the string ""',
+    });
+    expect(configError({ mcpServers: { mail: { command: "x", APPROVAL: "always" } } })).toMatchObject({
+      server: "mail",
+      field: "APPROVAL",
+      message: expect.stringContaining('unknown field "APPROVAL"; did you mean "approval"?'),
+    });
+  });
+});

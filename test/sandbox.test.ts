@@ -3,6 +3,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import {
+  AirlockError,
   type CodemodeSandboxBase,
   type CodemodeTool,
   MAX_ERROR_MESSAGE_CHARS,
@@ -85,6 +86,13 @@ const tools: CodemodeTool[] = [
     name: "throwLong",
     execute: async () => {
       throw new Error("x".repeat(MAX_VALUE_CHARS + 1));
+    },
+  },
+  { name: "whoCalls", execute: (_args, context) => context.caller ?? "nobody" },
+  {
+    name: "refuse",
+    execute: async () => {
+      throw new AirlockError("GUARD_BLOCKED", "refused on purpose");
     },
   },
 ];
@@ -190,6 +198,30 @@ describe.each(launchers)("$name sandbox", ({ make }) => {
       expect(result.ok && result.value).toEqual(
         Array(4).fill("unreadable failed with an error whose message cannot be read"),
       );
+    });
+
+    it("keeps an AirlockError's public code in the rejection, and nothing else of a plain error", async () => {
+      const result = await run(`
+        const out = [];
+        for (const name of ["refuse", "fail"]) {
+          try { await tools[name](); } catch (e) { out.push([e.message, e.code ?? null]); }
+        }
+        return out;`);
+      expect(result.ok && result.value).toEqual([
+        ["refused on purpose", "GUARD_BLOCKED"],
+        ["the tool failed on purpose", null],
+      ]);
+    });
+
+    it("hands the execution's caller to each tool call as context.caller, never to the script", async () => {
+      const caller = { session: "s-1" };
+      const result = await run(
+        "return [await tools.whoCalls(), await Promise.all([tools.whoCalls(), tools.whoCalls()]), typeof caller];",
+        { caller },
+      );
+      expect(result.ok && result.value).toEqual([caller, [caller, caller], "undefined"]);
+      const none = await run("return await tools.whoCalls();");
+      expect(none.ok && none.value).toBe("nobody");
     });
 
     it("fails the script when a tool rejection is not caught", async () => {

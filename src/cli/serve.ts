@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { resolve } from "node:path";
 import {
+  DEFAULT_APPROVAL_TIMEOUT_MS,
   DEFAULT_GATEWAY_TIMEOUT_MS,
   DEFAULT_HTTP_HOST,
   DEFAULT_MAX_OUTPUT_TOKENS,
@@ -35,6 +36,9 @@ The config has the format desktop MCP clients use:
 or VS Code's, with "servers" instead of "mcpServers" (and \${env:VAR} for variables).
 Per server, "tools": ["name", ...] exposes only those tools and "readOnly": true only the tools annotated
 readOnlyHint: true; "readOnly": true at the top applies to every server. \${VAR} reads the environment.
+"approval": "always" (or ["name", ...]) makes every call of the server's tools (or of the named ones) wait for
+a person's approval, asked through the client (MCP elicitation); a refused call is not sent and rejects in the
+program with code GUARD_BLOCKED. A client without elicitation cannot approve: such calls are refused.
 A server that does not start (or dies for good) is reported and tried again in the background; the others serve on.
 
 Options:
@@ -56,6 +60,8 @@ Options:
   --session-idle <minutes>   With --http, close a client's session after this long without a request
                              (default ${DEFAULT_SESSION_IDLE_MS / 60_000}; the client then initializes a new one)
   --timeout <ms>             Deadline of one execution (default ${DEFAULT_GATEWAY_TIMEOUT_MS})
+  --approval-timeout <ms>    Deadline of a person's answer to one approval request; past it the call is
+                             refused, not sent (default ${DEFAULT_APPROVAL_TIMEOUT_MS}; the execution's deadline still counts)
   --memory <MiB>             Heap cap of one execution (default ${DEFAULT_MEMORY_LIMIT_BYTES / 1024 / 1024})
   --max-output-tokens <n>    Most tokens of text one execution returns; the rest is cut, with a note
                              (default ${DEFAULT_MAX_OUTPUT_TOKENS})
@@ -84,6 +90,7 @@ const flags = {
   "allowed-hosts": { type: "string" },
   "forward-roots": { type: "boolean" },
   timeout: { type: "string" },
+  "approval-timeout": { type: "string" },
   memory: { type: "string" },
   "max-output-tokens": { type: "string" },
   "read-only": { type: "boolean" },
@@ -144,6 +151,10 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
     values.timeout === undefined
       ? DEFAULT_GATEWAY_TIMEOUT_MS
       : positiveInteger("--timeout", values.timeout, MAX_TIMEOUT_MS, "milliseconds");
+  const approvalTimeoutMs =
+    values["approval-timeout"] === undefined
+      ? DEFAULT_APPROVAL_TIMEOUT_MS
+      : positiveInteger("--approval-timeout", values["approval-timeout"], MAX_TIMEOUT_MS, "milliseconds");
   const memoryLimitBytes =
     values.memory === undefined
       ? DEFAULT_MEMORY_LIMIT_BYTES
@@ -178,6 +189,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
     gateway = await mcp.McpGateway.start(config, {
       readOnly,
       timeoutMs,
+      approvalTimeoutMs,
       memoryLimitBytes,
       maxOutputTokens,
       serverInfo: { name: "airlock", version: packageVersion() },

@@ -11,6 +11,7 @@ import {
   type RunResult,
   type VmEvent,
 } from "../engine/protocol.ts";
+import { AirlockError, isErrorCode } from "../tools/errors.ts";
 import type {
   CodemodeCall,
   CodemodeError,
@@ -29,7 +30,12 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** How a call is answered: by running the host's tool (execute) or by the caller of a deterministic run. */
 export type CallHandler =
-  | { kind: "tools"; resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined }
+  | {
+      kind: "tools";
+      resolve: (target: "tool" | "global", name: string) => CodemodeTool | undefined;
+      /** Given to every call as `context.caller` (see `CodemodeExecuteOptions.caller`). */
+      caller?: unknown;
+    }
   | {
       kind: "deterministic";
       /**
@@ -339,7 +345,9 @@ export class Execution {
     // call stack (launchers also defer commands that arrive while their VM runs).
     // Most tools never look at their signal: it is made when first read (already aborted if the call has ended).
     const openCalls = this.open;
+    const caller = handler.caller;
     const context = {
+      ...(caller === undefined ? {} : { caller }),
       get signal(): AbortSignal {
         if (!open.controller) {
           open.controller = new AbortController();
@@ -362,6 +370,7 @@ export class Execution {
         this.answer(id, {
           ok: false,
           message: errorMessage(error, `${name} failed with an error whose message cannot be read`),
+          ...publicCode(error),
         }),
     );
   }
@@ -424,6 +433,18 @@ export class Execution {
         : { ok: false, error: clipError(partial.error), output: this.output, calls: this.calls };
     this.options.onEnd(this);
     this.resolve(result);
+  }
+}
+
+/**
+ * An Airlock error's public code, kept in the rejection the script sees so that it can tell a blocked call from a
+ * failed one. Nothing else of an error crosses; a value that cannot be inspected (a revoked proxy) has none.
+ */
+function publicCode(error: unknown): { properties?: { code: string } } {
+  try {
+    return error instanceof AirlockError && isErrorCode(error.code) ? { properties: { code: error.code } } : {};
+  } catch {
+    return {};
   }
 }
 

@@ -1,7 +1,8 @@
 /**
  * The config file: the format desktop MCP clients already use, `{ "mcpServers": { "<name>": { command, args, env } |
  * { url, headers } } }`, or VS Code's (`{ "servers": { … }, "inputs": [ … ] }`, with `envFile`), plus two Airlock
- * fields per server (`tools`, an allow-list, and `readOnly`) and one at the top (`readOnly`). Values may use `${VAR}`,
+ * fields per server (`tools`, an allow-list, `readOnly`, and `approval`: the tools a person approves each call of) and
+ * one at the top (`readOnly`). Values may use `${VAR}`,
  * `${VAR:-default}` and VS Code's `${env:VAR}` to read the environment, and `${userHome}` and `${workspaceFolder}`.
  */
 import { readFileSync } from "node:fs";
@@ -26,6 +27,8 @@ export interface McpStdioServerConfig {
   tools?: "*" | string[];
   /** Expose only the tools whose annotations say `readOnlyHint: true`. */
   readOnly?: boolean;
+  /** Which tools a person approves each call of, through the gateway client (see approval.ts). Default "never". */
+  approval?: McpApprovalConfig;
   /** Leave the server out (as some desktop clients do). */
   disabled?: boolean;
 }
@@ -37,8 +40,12 @@ export interface McpHttpServerConfig {
   headers?: Record<string, string>;
   tools?: "*" | string[];
   readOnly?: boolean;
+  approval?: McpApprovalConfig;
   disabled?: boolean;
 }
+
+/** A server's `approval` field: every tool, none, or the named tools (by their names on the server). */
+export type McpApprovalConfig = "always" | "never" | string[];
 
 export type McpServerConfig = McpStdioServerConfig | McpHttpServerConfig;
 
@@ -58,6 +65,8 @@ interface ServerSpecBase {
   /** Tool names to expose, or `null` for all. */
   allow: string[] | null;
   readOnly: boolean;
+  /** The tools whose every call a person approves: all, none, or these names. */
+  approval: "always" | "never" | string[];
 }
 
 /** One server of a checked config, with `${VAR}` references expanded. */
@@ -92,8 +101,19 @@ export interface ParseMcpConfigOptions {
 }
 
 const PARSE_KEYS = optionKeys<ParseMcpConfigOptions>({ env: true, readOnly: true, source: true, baseDir: true });
-const STDIO_FIELDS = new Set(["type", "command", "args", "env", "envFile", "cwd", "tools", "readOnly", "disabled"]);
-const HTTP_FIELDS = new Set(["type", "url", "headers", "tools", "readOnly", "disabled"]);
+const STDIO_FIELDS = new Set([
+  "type",
+  "command",
+  "args",
+  "env",
+  "envFile",
+  "cwd",
+  "tools",
+  "readOnly",
+  "approval",
+  "disabled",
+]);
+const HTTP_FIELDS = new Set(["type", "url", "headers", "tools", "readOnly", "approval", "disabled"]);
 const TOP_FIELDS = new Set(["mcpServers", "servers", "inputs", "readOnly"]);
 /** The largest `envFile` read. */
 const MAX_ENV_FILE_BYTES = 1024 * 1024;
@@ -254,6 +274,7 @@ function parseServer(
     prefix: serverPrefix(name),
     allow: parseAllow(entry.tools, fail),
     readOnly: readBoolean(entry.readOnly, where, name, "readOnly") ?? false,
+    approval: parseApproval(entry.approval, fail),
   };
   if (hasCommand) {
     const command = entry.command;
@@ -308,6 +329,24 @@ function parseAllow(value: unknown, fail: (field: string, message: string) => ne
   names.forEach((name, i) => {
     if (typeof name !== "string" || name === "") {
       fail(`tools[${i}]`, `"tools[${i}]" must be a tool name (a non-empty string), got ${describe(name)}`);
+    }
+  });
+  return [...new Set(names as string[])];
+}
+
+function parseApproval(value: unknown, fail: (field: string, message: string) => never): "always" | "never" | string[] {
+  if (value === undefined || value === "never") return "never";
+  if (value === "always") return "always";
+  if (!Array.isArray(value)) {
+    fail(
+      "approval",
+      `"approval" must be "always", "never" or an array of tool names (whose calls a person approves), got ${describe(value)}`,
+    );
+  }
+  const names = value as unknown[];
+  names.forEach((name, i) => {
+    if (typeof name !== "string" || name === "") {
+      fail(`approval[${i}]`, `"approval[${i}]" must be a tool name (a non-empty string), got ${describe(name)}`);
     }
   });
   return [...new Set(names as string[])];

@@ -14,3 +14,10 @@ export const DEFAULT_MAX_OUTPUT_TOKENS = 20_000;
 export const DEFAULT_HTTP_HOST = "127.0.0.1";
 /** Default `sessionIdleMs`. */
 export const DEFAULT_SESSION_IDLE_MS = 30 * 60_000;
+/**
+ * Default deadline of a person's answer to one approval request (MCP elicitation): past it the call is refused
+ * (`GUARD_BLOCKED`) and not sent. Below `DEFAULT_GATEWAY_TIMEOUT_MS`, since the run's own deadline keeps counting.
+ */
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 40_000;
+/** Default cap on the approval requests one execution may ask; calls past it are refused without asking. */
+export const DEFAULT_MAX_APPROVALS_PER_EXECUTION = 20;

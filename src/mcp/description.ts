@@ -47,11 +47,26 @@ export function executeDescription(input: DescriptionInput): string {
     "- Print with text(value) or console.log(); show an image with image(img); the return value comes last (JSON unless a string).",
     "- store(key, value) / load(key) keep JSON values across executions in this session.",
     ...(functions === undefined ? [] : [functions]),
+    ...approvalRule(input.tools),
     "- No fetch, require, import, process, files or timers.",
     `- Optional first line: // @options: {"timeout_ms": 30000, "max_output_tokens": 4000} (limits here: ${input.timeoutMs} ms, ${input.maxOutputTokens} tokens; longer text is cut).`,
     "- Failures return the error kind (script, timeout, aborted, sandbox), message and stack (codemode.js:<line>).",
   ].join("\n");
   return `${rules}\n\n${toolsBlock(input).text}`;
+}
+
+/** Gated tools named in the description at most; the rest are counted. */
+const MAX_GATED_TOOLS_NAMED = 20;
+
+/** The rule for tools whose calls a person approves, when there are any (see approval.ts). */
+function approvalRule(tools: readonly McpTool[]): string[] {
+  const gated = tools.filter((tool) => tool.needsApproval).map((tool) => `tools.${tool.name}`);
+  if (gated.length === 0) return [];
+  const more = gated.length - MAX_GATED_TOOLS_NAMED;
+  const named = gated.slice(0, MAX_GATED_TOOLS_NAMED).join(", ") + (more > 0 ? ` and ${more} more` : "");
+  return [
+    `- A person approves each call of ${named} before it is sent (asked through your MCP client); a call that is not approved is not sent and rejects with an error whose code is "GUARD_BLOCKED": catch it to go on without it.`,
+  ];
 }
 
 /** The tools' part of the description, in the largest form within `maxTokens`. */

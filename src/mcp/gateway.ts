@@ -13,7 +13,19 @@ import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import { startTrace, withTraceContext } from "../tracing/index.ts";
 import type { CodemodeProgressEvent, CodemodeResult, CodemodeTool } from "../types.ts";
-import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "./defaults.ts";
+import {
+  type ApprovalAsker,
+  ApprovalGate,
+  type ApprovalLimits,
+  MAX_APPROVAL_RECORDS,
+  unsupportedNote,
+} from "./approval.ts";
+import {
+  DEFAULT_APPROVAL_TIMEOUT_MS,
+  DEFAULT_GATEWAY_TIMEOUT_MS,
+  DEFAULT_MAX_APPROVALS_PER_EXECUTION,
+  DEFAULT_MAX_OUTPUT_TOKENS,
+} from "./defaults.ts";
 import { catalogSummary, DEFAULT_DECLARATIONS_MAX_TOKENS, executeDescription } from "./description.ts";
 import {
   DEFAULT_SEARCH_LIMIT,
@@ -60,6 +72,13 @@ export interface McpGatewayOptions {
    * them as its allowed directories): `airlock serve --http` forwards them only with `--forward-roots`.
    */
   forwardRoots?: boolean;
+  /**
+   * Deadline of a person's answer to one approval request, in ms (see approval.ts); past it the call is refused and
+   * not sent. Default `DEFAULT_APPROVAL_TIMEOUT_MS`. The execution's own deadline keeps counting while it waits.
+   */
+  approvalTimeoutMs?: number;
+  /** Most approval requests one execution may ask; calls past it are refused. Default `DEFAULT_MAX_APPROVALS_PER_EXECUTION`. */
+  maxApprovalsPerExecution?: number;
 }
 
 /** What `execute` takes besides the code. */
@@ -71,6 +90,11 @@ export interface GatewayExecuteOptions {
   onProgress?: (event: CodemodeProgressEvent) => void;
   /** The request's `_meta`: its `traceparent` (and `tracestate`) make the run's spans part of the caller's trace. */
   meta?: Record<string, unknown>;
+  /**
+   * The client session that asked for the run: calls of tools that need approval are asked of its person (MCP
+   * elicitation). Without it such calls are refused (`GUARD_BLOCKED`).
+   */
+  caller?: ApprovalAsker;
 }
 
 /** One `search` result as programs get it from `search()`. */
@@ -91,6 +115,8 @@ const GATEWAY_KEYS = optionKeys<McpGatewayOptions>({
   declarationsMaxTokens: true,
   serverInfo: true,
   forwardRoots: true,
+  approvalTimeoutMs: true,
+  maxApprovalsPerExecution: true,
 });
 
 /** `options` split into those whose key is in `keys` and the rest. */
@@ -110,6 +136,8 @@ export class McpGateway {
   readonly declarationsMaxTokens: number;
   readonly serverInfo: { name: string; version: string };
   readonly forwardRoots: boolean;
+  /** Deadline of a person's answer and most requests of one execution, for calls that need approval. */
+  readonly approvalLimits: ApprovalLimits;
   /** The upstream servers' resources and prompts, as sessions list and read them. */
   readonly resources: UpstreamResources;
   private readonly ownsSandbox: boolean;
@@ -137,6 +165,19 @@ export class McpGateway {
       throw new TypeError("forwardRoots must be a boolean");
     }
     this.forwardRoots = options.forwardRoots ?? true;
+    this.approvalLimits = {
+      timeoutMs: positiveInteger(options.approvalTimeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, "approvalTimeoutMs"),
+      maxRequests: positiveInteger(
+        options.maxApprovalsPerExecution ?? DEFAULT_MAX_APPROVALS_PER_EXECUTION,
+        "maxApprovalsPerExecution",
+      ),
+    };
+    // Every request asked is listed in the result.
+    if (this.approvalLimits.maxRequests > MAX_APPROVAL_RECORDS) {
+      throw new RangeError(
+        `maxApprovalsPerExecution must be at most ${MAX_APPROVAL_RECORDS} (MAX_APPROVAL_RECORDS), got ${this.approvalLimits.maxRequests}`,
+      );
+    }
     this.resources = new UpstreamResources(toolset);
     this.ownsSandbox = options.sandbox === undefined;
     this.sandbox =
@@ -242,7 +283,7 @@ export class McpGateway {
    * stripped) and gives its output and value, or its error, as MCP content with `structuredContent`.
    */
   async execute(code: string, options: GatewayExecuteOptions = {}): Promise<McpToolResult> {
-    refuseUnknownOptions(options, "execute", ["signal", "store", "onProgress", "meta"]);
+    refuseUnknownOptions(options, "execute", ["signal", "store", "onProgress", "meta", "caller"]);
     let script: string;
     let timeoutMs = this.timeoutMs;
     let maxOutputTokens = this.maxOutputTokens;
@@ -269,12 +310,15 @@ export class McpGateway {
         isError: true,
       };
     }
+    // The run's calls that need approval are asked of the caller's person, one request at a time (see approval.ts).
+    const gate = options.caller === undefined ? undefined : new ApprovalGate(options.caller, this.approvalLimits);
     const run = () =>
       this.sandbox.execute(script, {
         timeoutMs,
         ...(options.signal === undefined ? {} : { signal: options.signal }),
         ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.onProgress === undefined ? {} : { onProgress: options.onProgress }),
+        ...(gate === undefined ? {} : { caller: gate }),
       });
     const result: CodemodeResult = await withTraceContext(options.meta, () => {
       // The MCP request's own span; the sandbox's execution span and its tool calls are its children.
@@ -295,7 +339,16 @@ export class McpGateway {
         Object.defineProperty(options.store, key, { value, enumerable: true, writable: true, configurable: true });
       }
     }
-    return formatRunResult(result, { maxOutputTokens, maxOutputTokensLimit: this.maxOutputTokens });
+    const answer = await formatRunResult(result, { maxOutputTokens, maxOutputTokensLimit: this.maxOutputTokens });
+    if (gate === undefined || !gate.used) return answer;
+    // What was asked, and what the person answered, whether or not the program reported it.
+    if (answer.structuredContent !== undefined) {
+      answer.structuredContent.approvals = [...gate.approvals];
+      if (gate.notListed > 0) answer.structuredContent.approvalsNotListed = gate.notListed;
+    }
+    const unsupported = gate.unsupported;
+    if (unsupported.length > 0) answer.content.push({ type: "text", text: unsupportedNote(unsupported) });
+    return answer;
   }
 
   /** The description of `execute`: the program's rules and the tools, in the form that fits the token budget. */

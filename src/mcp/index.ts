@@ -3,6 +3,14 @@
  *
  * Upstream tools are named `<server>__<tool>` (see `mcpToolName`): `tools.github__create_issue(args)` in a script.
  */
+
+export {
+  type ApprovalAsker,
+  type ApprovalDecision,
+  type ApprovalRecord,
+  MAX_APPROVAL_ARGUMENTS_CHARS,
+  MAX_APPROVAL_RECORDS,
+} from "./approval.ts";
 export {
   DEFAULT_OAUTH_ALGORITHMS,
   MAX_AUTHORIZATION_CHARS,
@@ -13,6 +21,7 @@ export {
 } from "./auth.ts";
 export {
   loadMcpConfig,
+  type McpApprovalConfig,
   type McpConfig,
   type McpHttpServerConfig,
   type McpServerConfig,
@@ -23,8 +32,10 @@ export {
   parseMcpConfig,
 } from "./config.ts";
 export {
+  DEFAULT_APPROVAL_TIMEOUT_MS,
   DEFAULT_GATEWAY_TIMEOUT_MS,
   DEFAULT_HTTP_HOST,
+  DEFAULT_MAX_APPROVALS_PER_EXECUTION,
   DEFAULT_MAX_OUTPUT_TOKENS,
   DEFAULT_SESSION_IDLE_MS,
 } from "./defaults.ts";

@@ -28,6 +28,10 @@ export interface ExecuteStructuredResult {
   calls: { total: number; failed: number; cancelled: number; byTool: Record<string, number> };
   /** Why the run failed. */
   error?: { kind: string; name?: string; message: string };
+  /** The calls that needed a person's approval, in order, and what became of each (see approval.ts). */
+  approvals?: { server: string; tool: string; decision: string }[];
+  /** Calls that needed approval past the `MAX_APPROVAL_RECORDS` listed (all of them refused without asking). */
+  approvalsNotListed?: number;
 }
 
 /** The `outputSchema` of `execute`. */
@@ -59,6 +63,27 @@ export const EXECUTE_OUTPUT_SCHEMA = {
         message: { type: "string" },
       },
       required: ["kind", "message"],
+    },
+    approvals: {
+      type: "array",
+      description: "The calls that needed a person's approval, and what became of each (only accepted ones were sent)",
+      items: {
+        type: "object",
+        properties: {
+          server: { type: "string" },
+          tool: { type: "string" },
+          decision: {
+            type: "string",
+            enum: ["accepted", "declined", "cancelled", "expired", "over_limit", "too_large", "unsupported", "failed"],
+          },
+        },
+        required: ["server", "tool", "decision"],
+      },
+    },
+    approvalsNotListed: {
+      type: "integer",
+      minimum: 1,
+      description: "Calls that needed approval past the most listed in approvals (refused without asking)",
     },
   },
   required: ["ok", "output", "images", "truncated", "calls"],

@@ -25,6 +25,7 @@ import {
   type Tool,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { CodemodeProgressEvent } from "../types.ts";
+import { sessionAsker } from "./approval.ts";
 import type { McpGateway } from "./gateway.ts";
 import {
   DEFAULT_SEARCH_LIMIT,
@@ -104,6 +105,7 @@ export function createGatewayServer(gateway: McpGateway): GatewaySession {
             store,
             ...(reporter.listening ? { onProgress: (event: CodemodeProgressEvent) => reporter.on(event) } : {}),
             ...(meta === undefined ? {} : { meta }),
+            caller: sessionAsker(server, extra.requestId),
           })) as CallToolResult;
         } finally {
           reporter.end();

@@ -6,6 +6,7 @@
 import type { Root, Tool } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { CodemodeTool, CodemodeToolContext } from "../types.ts";
+import { needsApproval, requireApproval } from "./approval.ts";
 import { type McpServerSpec, type ParsedMcpConfig, parseMcpConfig } from "./config.ts";
 import { McpToolCollisionError } from "./errors.ts";
 import { mcpToolName } from "./names.ts";
@@ -26,6 +27,8 @@ export interface McpTool extends CodemodeTool {
   title?: string;
   /** The MCP annotations the server gave the tool (`readOnlyHint`, `destructiveHint`, ...). */
   annotations?: Tool["annotations"];
+  /** A person approves each call before it is sent (the server's `approval` config field; see approval.ts). */
+  needsApproval: boolean;
 }
 
 /** Options the toolset sets on its upstreams itself. */
@@ -227,6 +230,13 @@ export class McpToolset {
       }
       tools = tools.filter((tool) => allow.includes(tool.name) || allow.includes(mcpToolName(spec.name, tool.name)));
     }
+    if (Array.isArray(spec.approval)) {
+      for (const name of spec.approval) {
+        if (!listed.some((tool) => tool.name === name || mcpToolName(spec.name, tool.name) === name)) {
+          this.warn(`server "${spec.name}": its "approval" list names "${name}", which the server does not have`);
+        }
+      }
+    }
     if (spec.readOnly) tools = tools.filter((tool) => tool.annotations?.readOnlyHint === true);
     tools = tools.filter((tool) => {
       if (tool.execution?.taskSupport !== "required") return true;
@@ -247,6 +257,7 @@ function toSandboxTool(upstream: McpUpstream, tool: Tool): McpTool {
   const annotations = tool.annotations;
   const repeatable = annotations?.readOnlyHint === true || annotations?.idempotentHint === true;
   const description = tool.description ?? tool.title;
+  const gated = needsApproval(upstream.spec.approval, tool.name, name);
   return {
     name,
     ...(description === undefined ? {} : { description }),
@@ -256,12 +267,17 @@ function toSandboxTool(upstream: McpUpstream, tool: Tool): McpTool {
     toolName: tool.name,
     ...(tool.title === undefined ? {} : { title: tool.title }),
     ...(annotations === undefined ? {} : { annotations }),
-    async execute(args: unknown, { signal }: CodemodeToolContext) {
+    needsApproval: gated,
+    async execute(args: unknown, { signal, caller }: CodemodeToolContext) {
       const input = args === undefined || args === null ? {} : args;
       if (typeof input !== "object" || Array.isArray(input)) {
         throw new TypeError(
           `tools.${name} takes one object of arguments, got ${Array.isArray(input) ? "an array" : typeof input}`,
         );
+      }
+      if (gated) {
+        const call = { server: upstream.name, tool: tool.name, name, args: input as Record<string, unknown> };
+        await requireApproval(caller, call, signal);
       }
       const result = await upstream.callTool(tool.name, input as Record<string, unknown>, { signal, repeatable });
       if (result.isError === true) throw new Error(callResultErrorMessage(result, `tools.${name}`));

@@ -222,6 +222,7 @@ export abstract class CodemodeSandboxBase {
       request,
       handler: {
         kind: "tools",
+        caller: options.caller,
         resolve: (target, name) => {
           const tool = (target === "tool" ? view.tools : view.globals).get(name);
           return trace === undefined || tool === undefined || target !== "tool" ? tool : trace.tool(tool);
@@ -529,6 +530,7 @@ const EXECUTE_OPTION_KEYS = optionKeys<CodemodeExecuteOptions>({
   timeoutMs: true,
   store: true,
   onProgress: true,
+  caller: true,
 });
 
 /**
