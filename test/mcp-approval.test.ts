@@ -259,15 +259,24 @@ describe.each([stdio(), http()])("over $name", (transport) => {
   });
 
   it("sends nothing when the run's own deadline ends while the person reads, even if the person accepts later", async () => {
+    // The person answers only once the run has ended at its deadline.
+    let runEnded = () => {};
+    const ended = new Promise<void>((resolve) => {
+      runEnded = resolve;
+    });
     let answeredLate = false;
     const late: Answer = async (params, signal) => {
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      await ended;
       answeredLate = true;
       return accept(params, signal);
     };
-    const { client } = await transport.connect(late);
-    const result = await execute(client, `// @options: {"timeout_ms": 300}\n${SEND}`);
+    const { client, asked } = await transport.connect(late);
+    // The sandbox boots on first use: a first run, so that the deadline below is spent waiting on the person.
+    expect((await execute(client, "return 1")).isError).toBeFalsy();
+    const result = await execute(client, `// @options: {"timeout_ms": 1000}\n${SEND}`);
+    runEnded();
     expect(result.structuredContent.error?.kind).toBe("timeout");
+    expect(asked).toHaveLength(1);
     await expect.poll(() => answeredLate, { timeout: 5_000 }).toBe(true);
     // The late answer reached the gateway (or was dropped as withdrawn) before this execute's answer below.
     expect((await execute(client, "return await tools.mail__read_inbox({});")).isError).toBeFalsy();
