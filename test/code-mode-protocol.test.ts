@@ -453,6 +453,7 @@ describe("the QuickJS protocol adapter", () => {
       random: null,
       journal: false,
       replayClock: null,
+      answers: null,
       program: { input: "41" },
     };
     // A script run is refused with a failed result; messages it cannot read are dropped.

@@ -401,6 +401,7 @@ export abstract class CodemodeSandboxBase {
           interruptBudget: null,
           maxCalls: 16,
           deterministic: null,
+          answers: null,
           program: null,
         },
         handler: { kind: "tools", resolve: (target) => (target === "tool" ? WARM_TOOL : undefined) },
@@ -457,6 +458,7 @@ export abstract class CodemodeSandboxBase {
       interruptBudget: this.interruptBudget,
       maxCalls: this.maxToolCalls,
       deterministic,
+      answers: null,
       program: null,
     };
   }
