@@ -453,6 +453,7 @@ describe("the QuickJS protocol adapter", () => {
       random: null,
       journal: false,
       replayClock: null,
+      answers: null,
       program: { input: "41" },
     };
     // A script run is refused with a failed result; messages it cannot read are dropped.
@@ -474,6 +475,65 @@ describe("the QuickJS protocol adapter", () => {
     deliver({ type: "run", request: { ...request, exec: 2 } });
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(sent[2]).toMatchObject({ type: "done", exec: 2, result: { ok: true, reason: "returned", value: "42" } });
+    server.close();
+  });
+  it("applies a deterministic run's answers without waiting for the host, and drops a request whose answers break the rules", async () => {
+    const sent: QuickJsVmMessage[] = [];
+    let deliver: (message: unknown) => void = () => {};
+    const server = serveQuickJsProtocol({
+      send: (message) => sent.push(message),
+      onMessage: (handler) => {
+        deliver = handler;
+      },
+    });
+    await server.ready;
+    const answer = (value: string, seq: number, now: number) => ({ outcome: { ok: true, value }, seq, now });
+    const request = {
+      exec: 1,
+      slot: 0,
+      code: `async (input, tools) => {
+        const a = await tools.call("t", 1);
+        const b = await tools.call("t", 2);
+        const c = await tools.call("t", 3);
+        return [a, b, c, Date.now()];
+      }`,
+      configuration: runConfiguration({ tools: [], globals: [], deterministic: true, program: true }),
+      store: {},
+      memoryLimitBytes: 16 * 1024 * 1024,
+      deadline: Date.now() + 5_000,
+      cpuLimitMs: 1_000,
+      interruptBudget: null,
+      maxCalls: 10,
+      deterministic: { startedAt: 1_000, seed: 1 },
+      random: null,
+      journal: false,
+      replayClock: null,
+      answers: [answer('"x"', 1, 2_000), answer('"y"', 2, 3_000)],
+      program: { input: "null" },
+    };
+    // Answers for a run that is not deterministic, a result number twice, more answers than calls, an extra field,
+    // an outcome of the wrong shape: each request is dropped, and nothing runs.
+    deliver({ type: "run", request: { ...request, exec: 2, deterministic: null } });
+    deliver({ type: "run", request: { ...request, exec: 3, answers: [answer("1", 1, 0), answer("2", 1, 0)] } });
+    deliver({ type: "run", request: { ...request, exec: 4, maxCalls: 1 } });
+    deliver({ type: "run", request: { ...request, exec: 5, answers: [{ ...answer("1", 1, 0), id: 1 }] } });
+    deliver({ type: "run", request: { ...request, exec: 6, answers: [{ outcome: { ok: "yes" }, seq: 1, now: 0 }] } });
+    deliver({ type: "run", request: { ...request, exec: 7, answers: {} } });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(sent).toHaveLength(1);
+
+    deliver({ type: "run", request });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The first two calls were answered from the request; the run waits for the host only at the third.
+    expect(sent.slice(1).map((message) => message.type)).toEqual(["started", "call", "call", "call", "idle"]);
+    expect(sent.at(-1)).toEqual({ type: "idle", exec: 1, seq: 2, issued: 3 });
+    deliver({ type: "settle", exec: 1, id: 3, outcome: { ok: true, value: '"z"' }, seq: 3, now: 4_000 });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(sent.at(-1)).toMatchObject({
+      type: "done",
+      exec: 1,
+      result: { ok: true, value: JSON.stringify(["x", "y", "z", 4_000]) },
+    });
     server.close();
   });
 });

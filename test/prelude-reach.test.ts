@@ -114,6 +114,7 @@ function request(deterministic: boolean): LaunchRequest {
     interruptBudget: null,
     maxCalls: 16,
     deterministic: deterministic ? { startedAt: 0, seed: 1 } : null,
+    answers: null,
     program: null,
   };
 }

@@ -28,6 +28,7 @@ function request(exec: number, slot: number, code: string): RunRequest {
     random: null,
     journal: false,
     replayClock: null,
+    answers: null,
     deterministic: null,
     program: null,
     interruptBudget: null,

@@ -78,6 +78,7 @@ function replayable(run: SandboxDeterministicRun) {
       return { value: result, seq, now };
     },
     onFingerprint: (fingerprint: string) => run.onFingerprint?.(fingerprint),
+    answered: run.answered?.map(({ result, seq, now }) => ({ value: result, seq, now })),
   };
 }
 

@@ -75,6 +75,12 @@ export interface SandboxDeterministicRun {
   call(toolId: string, input: unknown): Promise<SequencedCallResult>;
   /** Told the engine's fingerprint before the program runs: a replay must run on the same engine. */
   onFingerprint?(fingerprint: string): void;
+  /**
+   * Results of the program's first calls, known before it runs (a resume's journaled calls): result i answers call
+   * i + 1. A sandbox may apply them without waiting on `call`, but still makes `call` for every call, in order: that
+   * checks the call against the journal, and stops the run (its signal aborts) on the first that differs.
+   */
+  readonly answered?: readonly SequencedCallResult[];
 }
 
 export interface SandboxExecuteRequest {

@@ -11,7 +11,14 @@
  * marked (the process died in between) is OUTCOME_UNKNOWN for a write or host tool, and never sent again.
  */
 import { randomUUID } from "node:crypto";
-import { domainDigest, type JsonObject, type JsonValue, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
+import {
+  domainDigest,
+  domainDigestOfCopy,
+  type JsonObject,
+  type JsonValue,
+  MAX_JSON_BYTES,
+  tryCopyJson,
+} from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { type AnyTool, changesNothing, type Scope } from "../tools/define.ts";
 import { AirlockError, configError, type ErrorCode, statusOf } from "../tools/errors.ts";
@@ -194,7 +201,9 @@ const isCount = (value: unknown): value is number =>
 
 function argsDigestOf(input: unknown, maxBytes: number): string {
   const copied = tryCopyJson(input, { maxBytes });
-  return domainDigest("airlock:call-args:v1", copied.ok ? copied.json.value : { refused: copied.error.rule });
+  // Digested from the copy's canonical text: a resume digests every journaled call's arguments.
+  if (copied.ok) return domainDigestOfCopy("airlock:call-args:v1", copied.json);
+  return domainDigest("airlock:call-args:v1", { refused: copied.error.rule });
 }
 
 function checkJournal(record: JournalRecord): JournalState {
@@ -381,6 +390,12 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         lastNow = Math.max(lastNow, entry.now);
       }
     }
+    // The journaled calls settled from the first on are answered ahead, with the run; each is still checked below.
+    const answered: SequencedCallResult[] = [];
+    for (let entry = journal.get(1); entry?.state === "settled" && entry.result !== null; ) {
+      answered.push(Object.freeze({ result: entry.result, seq: entry.seq, now: entry.now }));
+      entry = journal.get(answered.length + 1);
+    }
     const pendingCall = state.pending;
     // Set from the calls' callbacks; read after the attempt.
     let halted = null as Halt | null;
@@ -519,6 +534,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
               deterministic: Object.freeze({
                 startedAt: state.startedAt,
                 seed: state.seed,
+                answered: Object.freeze(answered),
                 call,
                 onFingerprint: (value: string) => {
                   if (fingerprint !== null && fingerprint !== value) halt({ kind: "diverged" });

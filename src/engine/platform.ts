@@ -16,7 +16,7 @@ export function nodeBuiltin<T>(id: "module" | "os" | "crypto"): T | undefined {
 
 const encoder = new TextEncoder();
 
-type Hash = { update(data: Uint8Array): Hash; digest(): Uint8Array };
+type Hash = { update(data: Uint8Array): Hash; digest(): Uint8Array; digest(encoding: "hex"): string };
 const nodeCrypto = nodeBuiltin<{ createHash(algorithm: "sha256"): Hash }>("crypto");
 
 /** SHA-256 of a string's UTF-8 bytes (or of bytes), as raw bytes: Node's where there is one, else `sha256Portable`. */
@@ -26,6 +26,10 @@ export function sha256Bytes(input: string | Uint8Array): Uint8Array {
 }
 
 export function sha256Hex(input: string | Uint8Array): string {
+  if (nodeCrypto) {
+    const bytes = typeof input === "string" ? encoder.encode(input) : input;
+    return nodeCrypto.createHash("sha256").update(bytes).digest("hex");
+  }
   let hex = "";
   for (const byte of sha256Bytes(input)) hex += byte.toString(16).padStart(2, "0");
   return hex;

@@ -10,7 +10,7 @@ import { sha256Base64Url } from "./platform.ts";
 
 /** Name and version of the protocol; either side refuses a peer that announces another. */
 export const PROTOCOL_NAME = "airlock.quickjs";
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 export interface RunRequest {
   /** The host's id for this run on this VM side: a positive integer, increasing. */
@@ -41,11 +41,24 @@ export interface RunRequest {
   /** Clock values a replayed run reads first, in order (those its first attempt read); null when not a replay. */
   replayClock: number[] | null;
   /**
+   * Deterministic runs only: answers known before the run starts (a resumed program's journaled calls), answer i for
+   * call i + 1, or null. The VM side applies one, in `seq` order like a settle, once its call was made, without
+   * waiting for the host; it still sends every call, and the host checks it (and stops the run) as it comes.
+   */
+  answers: PreAnswer[] | null;
+  /**
    * Set for a program: `code` is a function expression `async (input, tools) => ...`, called with the parsed input
    * and a `tools` object whose `call(toolId, input)` resolves to whatever the host answers. A program sees no other
    * globals of the script environment.
    */
   program: { input: string } | null;
+}
+
+/** An answer in a run request: what a settle of its call would carry. */
+export interface PreAnswer {
+  outcome: CallOutcome;
+  seq: number;
+  now: number;
 }
 
 /** What the script environment of a run offers: the same for many runs of a sandbox. */
@@ -318,16 +331,7 @@ export function parseHostCommand(value: unknown): HostCommand {
       if ((m.seq !== null && !isInt(m.seq)) || (m.now !== null && !isFiniteNumber(m.now))) {
         throw new ProtocolError("settle.seq or settle.now is malformed");
       }
-      const o = object(m.outcome, "settle.outcome");
-      if (o.ok === true) {
-        exactKeys(o, ["ok", "value"], "settle.outcome");
-        if (!isOptStr(o.value)) throw new ProtocolError("settle.outcome.value is not JSON text");
-      } else if (o.ok === false) {
-        exactKeys(o, ["ok", "message", "properties"], "settle.outcome");
-        if (!isStr(o.message) || !isOptStr(o.properties)) {
-          throw new ProtocolError("settle.outcome has fields of the wrong type");
-        }
-      } else throw new ProtocolError("settle.outcome.ok is not a boolean");
+      checkOutcome(m.outcome, "settle.outcome");
       break;
     }
     case "stop":
@@ -340,6 +344,37 @@ export function parseHostCommand(value: unknown): HostCommand {
       throw new ProtocolError("a host command has an unknown type");
   }
   return m as unknown as HostCommand;
+}
+
+function checkOutcome(value: unknown, what: string): void {
+  const o = object(value, what);
+  if (o.ok === true) {
+    exactKeys(o, ["ok", "value"], what);
+    if (!isOptStr(o.value)) throw new ProtocolError(`${what}.value is not JSON text`);
+  } else if (o.ok === false) {
+    exactKeys(o, ["ok", "message", "properties"], what);
+    if (!isStr(o.message) || !isOptStr(o.properties)) {
+      throw new ProtocolError(`${what} has fields of the wrong type`);
+    }
+  } else throw new ProtocolError(`${what}.ok is not a boolean`);
+}
+
+/** A run's answers: only for a deterministic run, at most one per call it may make, each result number once. */
+function checkAnswers(r: Record<string, unknown>): void {
+  if (r.answers === null) return;
+  const wrong = (why: string) => new ProtocolError(`run.request.answers ${why}`);
+  if (r.deterministic === null) throw wrong("are given for a run that is not deterministic");
+  if (!Array.isArray(r.answers)) throw wrong("is not an array or null");
+  if (r.answers.length > (r.maxCalls as number)) throw wrong("hold more answers than the run may make calls");
+  const seqs = new Set<number>();
+  for (const answer of r.answers as unknown[]) {
+    const a = object(answer, "run.request.answers[]");
+    exactKeys(a, ["outcome", "seq", "now"], "run.request.answers[]");
+    checkOutcome(a.outcome, "run.request.answers[].outcome");
+    if (!isInt(a.seq) || a.seq === 0 || !isFiniteNumber(a.now)) throw wrong("hold a malformed seq or now");
+    if (seqs.has(a.seq)) throw wrong(`give result number ${a.seq} twice`);
+    seqs.add(a.seq);
+  }
 }
 
 const REQUEST_KEYS = [
@@ -357,6 +392,7 @@ const REQUEST_KEYS = [
   "random",
   "journal",
   "replayClock",
+  "answers",
   "program",
 ];
 
@@ -390,6 +426,7 @@ function checkRequest(r: Record<string, unknown>): void {
   if (r.replayClock !== null && (!Array.isArray(r.replayClock) || !r.replayClock.every(isFiniteNumber))) {
     throw wrong("replayClock");
   }
+  checkAnswers(r);
   if (r.program !== null) {
     const p = object(r.program, "run.request.program");
     exactKeys(p, ["input"], "run.request.program");

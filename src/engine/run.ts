@@ -46,7 +46,7 @@ export class VmRun {
   /** Deterministic runs: the VM clock, the next result number and results that arrived early. */
   clockNow: number;
   nextSeq = 1;
-  readonly early = new Map<number, { id: number; outcome: CallOutcome; now: number }>();
+  readonly early = new Map<number, { id: number; outcome: CallOutcome; now: number; answered: boolean }>();
   during: During | null;
   /** Clock values read and not reported yet (journaled runs); null once more than a journal keeps were read. */
   private clockReads: number[] | null = [];
@@ -176,6 +176,11 @@ export class VmRun {
     this.pending.set(event.id, size);
     if (this.during) this.during = { seq: this.during.seq, issued: this.nextCallId };
     this.emit(event);
+    // Answered ahead by the request: applied in its turn, as a settle that came with it (see VmRunner.applyInOrder).
+    const answer = this.request.answers?.[event.id - 1];
+    if (answer !== undefined) {
+      this.early.set(answer.seq, { id: event.id, outcome: answer.outcome, now: answer.now, answered: true });
+    }
     return event.id;
   }
 

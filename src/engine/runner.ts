@@ -55,7 +55,15 @@ export interface RunnerOptions extends VmOptions {
    * call past it is refused in the script with a RangeError, output or a result past it ends the run.
    */
   maxMessageBytes?: number;
+  /**
+   * Sends the events emitted so far: called every ANSWERS_PER_FLUSH answers a run applies from its request without
+   * waiting, so that the host checks those calls while the run goes on.
+   */
+  flush?: () => void;
 }
+
+/** Answers of a request applied between two flushes of the events (see RunnerOptions.flush). */
+const ANSWERS_PER_FLUSH = 64;
 
 /** Int32 slots of the shared `turn` word. */
 export const TurnSlot = {
@@ -172,6 +180,7 @@ export class VmRunner {
       if (run.ended) return;
     }
     this.enter(run, () => this.startScript(run));
+    if (request.answers !== null) this.applyInOrder(run);
     for (const command of queued.early) this.handle(command);
   }
 
@@ -217,21 +226,32 @@ export class VmRunner {
     if (run.ended) return;
     if (run.request.deterministic) {
       if (seq === null || now === null) return;
-      run.early.set(seq, { id, outcome, now });
-      let next = run.early.get(run.nextSeq);
-      while (next && !run.ended) {
-        const applying = run.nextSeq;
-        run.early.delete(applying);
-        run.nextSeq++;
-        run.clockNow = Math.max(run.clockNow, next.now);
-        const { id: callId, outcome: callOutcome } = next;
-        if (run.during) run.during = { seq: applying, issued: run.during.issued };
-        this.enter(run, () => run.applyOutcome(callId, callOutcome));
-        next = run.early.get(run.nextSeq);
-      }
+      run.early.set(seq, { id, outcome, now, answered: false });
+      this.applyInOrder(run);
       return;
     }
     this.enter(run, () => run.applyOutcome(id, outcome));
+  }
+
+  /**
+   * Deterministic runs: applies the results that are next in number order, each in its own turn. A turn may make a
+   * call the request answered ahead, whose result is then next: a resumed program runs through its journaled calls
+   * here without waiting for the host.
+   */
+  private applyInOrder(run: VmRun): void {
+    let next = run.early.get(run.nextSeq);
+    let answered = 0;
+    while (next && !run.ended) {
+      if (next.answered && ++answered % ANSWERS_PER_FLUSH === 0) this.options.flush?.();
+      const applying = run.nextSeq;
+      run.early.delete(applying);
+      run.nextSeq++;
+      run.clockNow = Math.max(run.clockNow, next.now);
+      const { id: callId, outcome: callOutcome } = next;
+      if (run.during) run.during = { seq: applying, issued: run.during.issued };
+      this.enter(run, () => run.applyOutcome(callId, callOutcome));
+      next = run.early.get(run.nextSeq);
+    }
   }
 
   private stop(exec: number, reason: StopReason): void {
@@ -279,7 +299,8 @@ export class VmRunner {
     if (!run.ended) {
       const result = run.endAfterTurn(crash);
       if (result) this.end(run, result);
-      else if (run.during) {
+      // A run whose next result the request answered does not wait for the host: no idle.
+      else if (run.during && run.early.get(run.nextSeq)?.answered !== true) {
         run.emit({ type: "idle", exec: run.request.exec, seq: run.during.seq, issued: run.during.issued });
       }
     }

@@ -89,6 +89,7 @@ export class VmServer {
       turnEpochMs: options.turnEpochMs,
       handled: options.handled,
       maxMessageBytes: options.maxMessageBytes,
+      flush: () => this.flush(),
       emit: (event) => {
         this.enqueue(event);
         if (event.type === "done") this.checkRetire();

@@ -116,6 +116,11 @@ export class Execution {
       this.finish({ ok: false, error: { kind: "aborted", message } });
       return;
     }
+    // Result numbers the request answers ahead (see RunRequest.answers) are taken: deliver() refuses them.
+    for (const answer of options.request.answers ?? []) {
+      this.usedSeqs.add(answer.seq);
+      this.highestSeq = Math.max(this.highestSeq, answer.seq);
+    }
     options.onStart?.(this);
     this.run = launcher.launch(options.request, (event) => this.onEvent(event));
     if (this.finished) {
@@ -337,6 +342,9 @@ export class Execution {
     };
     this.open.set(id, open);
     if (handler.kind === "deterministic") {
+      // The VM applies an answer of the request itself: the call is answered; the hook still checks it.
+      const answer = this.options.request.answers?.[id - 1];
+      if (answer !== undefined) this.closeCall(id, answer.outcome.ok ? "ok" : "error");
       this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
     }
@@ -448,7 +456,7 @@ function publicCode(error: unknown): { properties?: { code: string } } {
   }
 }
 
-function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
+export function encodeOutcome(outcome: CodemodeOutcome): CallOutcome {
   if (outcome === null || typeof outcome !== "object" || typeof outcome.ok !== "boolean") {
     throw new TypeError("a call outcome must be { ok: true, value } or { ok: false, message }");
   }

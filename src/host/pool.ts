@@ -129,6 +129,7 @@ const WARM_SCRIPT: LaunchRequest = {
   interruptBudget: null,
   maxCalls: 16,
   deterministic: null,
+  answers: null,
   program: null,
 };
 

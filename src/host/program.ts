@@ -2,8 +2,8 @@
  * Runs one program (`async (input, tools) => output`) on a launcher: the primitive that governed code mode builds on.
  * The program sees standard JavaScript and `tools.call(toolId, input)`, which resolves to whatever `call` returns.
  */
-import { type RunEndReason, runConfiguration } from "../engine/protocol.ts";
-import { type CallHandler, Execution } from "./execution.ts";
+import { type CallOutcome, type PreAnswer, type RunEndReason, runConfiguration } from "../engine/protocol.ts";
+import { type CallHandler, Execution, encodeOutcome } from "./execution.ts";
 import type { Launcher } from "./launcher.ts";
 
 export interface ProgramRunOptions {
@@ -30,7 +30,36 @@ export interface ProgramRunOptions {
     sequencedCall(toolId: string, input: unknown): Promise<{ value: unknown; seq: number; now: number }>;
     /** The engine's fingerprint (its versions, prelude hash and memory limit): a replay must run on the same. */
     onFingerprint?(fingerprint: string): void;
+    /**
+     * Results known before the run (a resume's journaled calls): result i answers call i + 1. They travel with the
+     * request (up to PRE_ANSWER_MAX_CHARS), so the VM does not wait for the host on each; `sequencedCall` is still
+     * made for every call, in order, and must give the same number, or the run stops.
+     */
+    answered?: readonly { value: unknown; seq: number; now: number }[];
   };
+}
+
+/** Characters of JSON results a run request carries as answers at most; later calls are answered one by one. */
+export const PRE_ANSWER_MAX_CHARS = 4 * 1024 * 1024;
+
+/** The answers of a request: the first results that encode, up to PRE_ANSWER_MAX_CHARS in all. */
+function preAnswers(answered: readonly { value: unknown; seq: number; now: number }[] | undefined): PreAnswer[] | null {
+  if (answered === undefined || answered.length === 0) return null;
+  const answers: PreAnswer[] = [];
+  let chars = 0;
+  for (const { value, seq, now } of answered) {
+    let outcome: CallOutcome;
+    try {
+      outcome = encodeOutcome({ ok: true, value });
+    } catch {
+      // Answered by its own call, which fails the run the same way.
+      break;
+    }
+    chars += 64 + (outcome.ok ? (outcome.value?.length ?? 0) : 0);
+    if (chars > PRE_ANSWER_MAX_CHARS) break;
+    answers.push({ outcome, seq, now });
+  }
+  return answers.length === 0 ? null : answers;
 }
 
 /**
@@ -75,6 +104,7 @@ export type ProgramRunResult =
 
 export function runProgram(launcher: Launcher, options: ProgramRunOptions): Promise<ProgramRunResult> {
   const replay = options.deterministic;
+  const answers = preAnswers(replay?.answered);
   let execution: Execution | undefined;
   const handler: CallHandler =
     replay === undefined
@@ -94,6 +124,12 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
               ({ value, seq, now }) => {
                 // A run that ended meanwhile (stopped, timed out) takes no more results.
                 if (execution === undefined || execution.finished) return;
+                const answer = answers?.[id - 1];
+                if (answer !== undefined) {
+                  // The VM applied the request's answer; the caller must have given that very result.
+                  if (answer.seq !== seq) execution.stop("aborted", "a call was answered ahead with another result");
+                  return;
+                }
                 try {
                   execution.deliver(seq, now, id, { ok: true, value });
                 } catch {
@@ -116,6 +152,7 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
       interruptBudget: null,
       maxCalls: PROGRAM_MAX_CALLS,
       deterministic: replay === undefined ? null : { startedAt: replay.startedAt, seed: replay.seed },
+      answers,
       program: { input: options.inputJson },
     },
     handler,

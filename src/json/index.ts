@@ -304,6 +304,14 @@ export function domainDigest(domain: string, value: unknown): string {
   return sha256Hex(canonicalJson({ domain, value }, { maxBytes: MAX_JSON_BYTES }));
 }
 
+/**
+ * `domainDigest(domain, copied.value)` of a value `copyJson` made, from its canonical text: the same digest without
+ * walking the value again (`{ domain, value }` in canonical form is these two members in this order).
+ */
+export function domainDigestOfCopy(domain: string, copied: CopiedJson): string {
+  return sha256Hex(`{"domain":${JSON.stringify(domain)},"value":${copied.canonical}}`);
+}
+
 /** Deep-freezes a value that `copyJson` made (plain data only). */
 export function deepFreezeJson<T extends JsonValue>(value: T): T {
   if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {

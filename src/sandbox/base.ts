@@ -402,6 +402,7 @@ export abstract class CodemodeSandboxBase {
           interruptBudget: null,
           maxCalls: 16,
           deterministic: null,
+          answers: null,
           program: null,
         },
         handler: { kind: "tools", resolve: (target) => (target === "tool" ? WARM_TOOL : undefined) },
@@ -458,6 +459,7 @@ export abstract class CodemodeSandboxBase {
       interruptBudget: this.interruptBudget,
       maxCalls: this.maxToolCalls,
       deterministic,
+      answers: null,
       program: null,
     };
   }
