@@ -63,6 +63,20 @@ const run = (signal: AbortSignal = new AbortController().signal) => ({
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** A VM side served in this process over an in-memory transport: what it sent, and a way to hand it messages. */
+async function servedVmSide() {
+  const sent: QuickJsVmMessage[] = [];
+  let handle: (message: unknown) => void = () => {};
+  const server = serveQuickJsProtocol({
+    send: (message) => sent.push(message),
+    onMessage: (handler) => {
+      handle = handler;
+    },
+  });
+  await server.ready;
+  return { sent, deliver: (message: unknown) => handle(message), server };
+}
+
 describe("the QuickJS protocol adapter", () => {
   const adapter = createQuickJsProtocolAdapter({ id: "child-process", version: "1", launch: launchChild });
   afterAll(() => adapter.close());
@@ -428,15 +442,7 @@ describe("the QuickJS protocol adapter", () => {
   });
 
   it("serves only program runs on the VM side", async () => {
-    const sent: QuickJsVmMessage[] = [];
-    let deliver: (message: unknown) => void = () => {};
-    const server = serveQuickJsProtocol({
-      send: (message) => sent.push(message),
-      onMessage: (handler) => {
-        deliver = handler;
-      },
-    });
-    await server.ready;
+    const { sent, deliver, server } = await servedVmSide();
     expect(sent[0]).toMatchObject({ type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION });
     const request = {
       exec: 1,
@@ -478,15 +484,7 @@ describe("the QuickJS protocol adapter", () => {
     server.close();
   });
   it("applies a deterministic run's answers without waiting for the host, and drops a request whose answers break the rules", async () => {
-    const sent: QuickJsVmMessage[] = [];
-    let deliver: (message: unknown) => void = () => {};
-    const server = serveQuickJsProtocol({
-      send: (message) => sent.push(message),
-      onMessage: (handler) => {
-        deliver = handler;
-      },
-    });
-    await server.ready;
+    const { sent, deliver, server } = await servedVmSide();
     const answer = (value: string, seq: number, now: number) => ({ outcome: { ok: true, value }, seq, now });
     const request = {
       exec: 1,
