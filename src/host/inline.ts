@@ -1,5 +1,5 @@
 /** Runs VMs on the calling thread. A script that computes blocks the caller until it awaits or is interrupted. */
-import { sandboxFailure, type VmEvent } from "../engine/protocol.ts";
+import { placedRequest, sandboxFailure, type VmEvent } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
@@ -57,7 +57,7 @@ export class InlineLauncher implements Launcher {
       started = true;
       this.runner.handle({
         type: "run",
-        request: { ...request, exec, slot: 0, random: null, journal: false, replayClock: null },
+        request: placedRequest(request, { exec, slot: 0, random: null, journal: false, replayClock: null }),
       });
     };
     const failed = (error: unknown) => this.fail(exec, `the VM could not start: ${(error as Error).message}`);

@@ -3,13 +3,13 @@
  * processes, a transport); the host side of an execution is the same for all of them and talks to the launcher only
  * through this interface.
  */
-import type { CallOutcome, RunRequest, StopReason, VmEvent } from "../engine/protocol.ts";
+import type { CallOutcome, StopReason, UnplacedRequest, VmEvent } from "../engine/protocol.ts";
 
 /**
  * A run request before the launcher placed it: the launcher assigns its ids, seeds it (so that a rebuilt run reads
  * the same random numbers), and says whether its VM side keeps a journal.
  */
-export type LaunchRequest = Omit<RunRequest, "exec" | "slot" | "random" | "journal" | "replayClock">;
+export type LaunchRequest = UnplacedRequest;
 
 export interface LaunchedRun {
   /** Hands a call's outcome to the VM; `seq` and `now` only in deterministic runs. */

@@ -12,9 +12,11 @@ import {
   type HostCommand,
   ProtocolError,
   parseVmMessage,
-  type RunRequest,
+  placedRequest,
+  type Seeding,
   StopCode,
   type StopReason,
+  type UnplacedRequest,
   type VmEvent,
 } from "../engine/protocol.ts";
 import { LONG_TURN_MS, TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
@@ -156,7 +158,7 @@ export class HostPeer {
   // ---- runs ----
 
   /** Sends a run; false when the channel refused its request (too large to carry): nothing was sent. */
-  launch(request: Omit<RunRequest, "exec" | "slot">, exec: number, onEvent: (event: VmEvent) => void): string | true {
+  launch(request: UnplacedRequest, how: Seeding, exec: number, onEvent: (event: VmEvent) => void): string | true {
     const slot = this.slots.pop();
     if (slot === undefined) throw new Error("launch(): the VM side has no free slot");
     const shared = this.channel.shared;
@@ -170,7 +172,7 @@ export class HostPeer {
       onEvent,
       deterministic: request.deterministic !== null,
       program: request.program !== null,
-      journal: request.journal,
+      journal: how.journal,
       lastCallId: 0,
       events: 0,
       sent: 0,
@@ -181,7 +183,8 @@ export class HostPeer {
     if (this.runs.size === 0) this.channel.ref?.(true);
     this.runs.set(exec, run);
     this.slotRuns.set(slot, exec);
-    const refused = this.sendFor(run, { type: "run", request: { ...request, exec, slot } });
+    const placement = { exec, slot, random: how.random, journal: how.journal, replayClock: how.replayClock };
+    const refused = this.sendFor(run, { type: "run", request: placedRequest(request, placement) });
     if (refused !== undefined) {
       this.release(run);
       return refused;

@@ -17,10 +17,11 @@ import {
   type CallOutcome,
   CPU_LIMIT_ERROR,
   type RunConfiguration,
-  type RunRequest,
   runConfiguration,
+  type Seeding,
   type StopReason,
   sandboxFailure,
+  UNSEEDED,
   type VmEvent,
 } from "../engine/protocol.ts";
 import { randomWords } from "../engine/random.ts";
@@ -32,6 +33,13 @@ import { type GoneCause, type HostChannel, HostPeer } from "./peer.ts";
 
 /** How long a turn may compute before the VM side counts as stuck: no new work, and waiting runs move away. */
 export const STUCK_AFTER_MS = 5;
+/**
+ * How long a turn may compute before new work prefers another VM side. A short turn (most are tens of microseconds)
+ * says nothing: new work then goes to the side with the fewest runs, so the commands of one host turn leave as one
+ * batch, and a side's results come back as one (preferring every idle side instead split the batches until each
+ * execution went alone, and halved 64-in-flight throughput).
+ */
+const BUSY_AFTER_MS = 2;
 /** How often the pool looks at stuck VM sides while runs wait behind them. */
 const STUCK_CHECK_MS = 2;
 /** How long a VM side beyond the pool's base size stays once it has no runs. */
@@ -144,7 +152,9 @@ export interface PoolStats {
 
 /** One execution in the pool. */
 interface PoolRun {
-  request: Omit<RunRequest, "exec" | "slot">;
+  request: LaunchRequest;
+  /** Its seed and whether its VM side journals it, the same on every VM side it runs on. */
+  seeding: Seeding;
   onEvent(event: VmEvent): void;
   peer: HostPeer | undefined;
   exec: number;
@@ -222,7 +232,7 @@ export class PeerPool implements Launcher {
     if (peer.dead || this.closed || peer.free === 0) return;
     const exec = ++this.lastExec;
     const done = new Promise<void>((resolve) => {
-      const sent = peer.launch({ ...request, random: null, journal: false, replayClock: null }, exec, (event) => {
+      const sent = peer.launch(request, UNSEEDED, exec, (event) => {
         if (event.type === "call") peer.settle(exec, event.id, { ok: true, value: String(event.id) }, null, null);
         if (event.type === "done") resolve();
       });
@@ -271,12 +281,8 @@ export class PeerPool implements Launcher {
   launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
     const movable = this.options.movable ?? true;
     const run: PoolRun = {
-      request: {
-        ...request,
-        random: request.deterministic ? null : randomWords(),
-        journal: movable,
-        replayClock: null,
-      },
+      request,
+      seeding: { random: request.deterministic ? null : randomWords(), journal: movable, replayClock: null },
       onEvent,
       peer: undefined,
       exec: 0,
@@ -333,9 +339,9 @@ export class PeerPool implements Launcher {
 
   /**
    * The VM side for new work (or a run that moves): a booted one with room that does not compute a long turn,
-   * preferring one that computes nothing, then the fewest runs. When there is none, the pool grows (one VM side at a
-   * time, up to its largest) and the work waits in the pool until one is free, rather than behind a long turn or a
-   * boot it may not need.
+   * preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the fewest runs. When there is none,
+   * the pool grows (one VM side at a time, up to its largest) and the work waits in the pool until one is free,
+   * rather than behind a long turn or a boot it may not need.
    */
   private pick(except: HostPeer | undefined): HostPeer | undefined {
     let best: HostPeer | undefined;
@@ -348,7 +354,7 @@ export class PeerPool implements Launcher {
         continue;
       }
       if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS)) continue;
-      const score = (peer.computing() ? 1e6 : 0) + peer.runs.size;
+      const score = (this.longTurn(peer, BUSY_AFTER_MS) ? 1e6 : 0) + peer.runs.size;
       if (score < bestScore) {
         best = peer;
         bestScore = score;
@@ -399,8 +405,9 @@ export class PeerPool implements Launcher {
     this.byExec.set(exec, run);
     this.cancelIdle(peer);
     this.watchSpare();
-    const request = run.replay ? { ...run.request, replayClock: [...(run.journal as Journal).clock] } : run.request;
-    const sent = peer.launch(request, exec, (event) => this.onEvent(run, exec, event));
+    const { random, journal } = run.seeding;
+    const seeding = run.replay ? { random, journal, replayClock: [...(run.journal as Journal).clock] } : run.seeding;
+    const sent = peer.launch(run.request, seeding, exec, (event) => this.onEvent(run, exec, event));
     if (sent !== true) {
       this.byExec.delete(exec);
       run.peer = undefined;

@@ -6,7 +6,7 @@
  * (execution.ts), and the remote VM stops at its next exchange. An answer carries at most MAX_EXCHANGE_BYTES of
  * commands, the rest going with the next; a command that alone would not fit is refused (`send` throws a RangeError).
  */
-import { sandboxFailure, type VmEvent } from "../engine/protocol.ts";
+import { sandboxFailure, UNSEEDED, type VmEvent } from "../engine/protocol.ts";
 import { type RemoteExchange, takeExchange } from "../engine/remote.ts";
 import { MAX_EXCHANGE_BYTES, rpcBytes } from "../engine/rpc-bytes.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
@@ -162,7 +162,7 @@ export class RemoteLauncher implements Launcher {
       },
     });
     this.peers.add(peer);
-    const sent = peer.launch({ ...request, random: null, journal: false, replayClock: null }, exec, (event) => {
+    const sent = peer.launch(request, UNSEEDED, exec, (event) => {
       if (event.type !== "done") {
         onEvent(event);
         return;
