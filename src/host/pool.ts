@@ -110,6 +110,12 @@ export interface PeerPoolOptions {
 export const WARM_RUNS = 200;
 
 /**
+ * Warm-up runs a VM side runs at once, each on its own VM: a burst of executions after `warm()` (or on a new spare)
+ * then finds its VMs made instead of waiting while they are made one by one (at most the VM side's capacity).
+ */
+export const WARM_CONCURRENCY = 8;
+
+/**
  * Runs of `return 0` with the sandbox's own configuration (its tools and globals) after the warm-up, so that the
  * first executions do not set that configuration up in a VM on their own time.
  */
@@ -212,14 +218,15 @@ export class PeerPool implements Launcher {
 
   /**
    * A spare stops its warm-up as soon as the pool gives it work: it was started because work may come, and work on a
-   * cold VM side is better than work waiting for a warm-up. (The runs go one at a time: run 8 at a time, so that a
-   * burst would find its VMs made, they left the worker pool's steady throughput 20% lower, and the first
-   * executions no faster.)
+   * cold VM side is better than work waiting for a warm-up.
    */
   private async runWarmUp(peer: HostPeer, spare: boolean): Promise<void> {
     const runs = this.options.warmRuns ?? WARM_RUNS;
     const taken = () => spare && [...peer.runs.values()].some((r) => this.byExec.has(r.exec));
-    for (let i = 0; i < runs && !taken(); i++) await this.warmRun(peer, WARM_SCRIPT);
+    const batch = Math.max(1, Math.min(WARM_CONCURRENCY, this.options.capacity));
+    for (let i = 0; i < runs && !taken(); i += batch) {
+      await Promise.all(Array.from({ length: Math.min(batch, runs - i) }, () => this.warmRun(peer, WARM_SCRIPT)));
+    }
     const prime = this.warmed?.prime;
     for (let i = 0; prime && i < PRIME_RUNS && !taken(); i++) {
       await this.warmRun(peer, { ...PRIME_SCRIPT, configuration: prime });
