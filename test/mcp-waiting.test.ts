@@ -158,6 +158,14 @@ describe("over stdio (airlock serve --store)", () => {
     expect(JSON.parse(listed.stdout)).toContainEqual(
       expect.objectContaining({ kind: "program", run: waiting.run, node: "call:2", digest: waiting.digest }),
     );
+    // The store shows the call's exact arguments to whoever decides.
+    const shown = await runCli(["runs", "show", waiting.run, "--store", storePath]);
+    expect(shown.code).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({
+      status: "waiting",
+      scope: { principalId: "airlock-gateway", projectId: "airlock" },
+      pending: { n: 2, toolId: "mail__send_mail", digest: waiting.digest, input: MAIL.arguments },
+    });
     // Another person's credential is refused, and changes nothing.
     expect((await decide(waiting.approve, "token-of-eve")).code).toBe(1);
 

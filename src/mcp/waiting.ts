@@ -388,8 +388,13 @@ async function callTool(
 ): Promise<ToolCallResult> {
   const tool = tools.get(toolId);
   if (tool === undefined) return failedCall("NOT_FOUND", `no tool ${toolId} is registered`);
+  // A signal of the call's own, as every call of a run gets: what a tool hangs on it goes with the call.
+  const own = new AbortController();
+  const stop = () => own.abort(signal.reason);
+  if (signal.aborted) stop();
+  else signal.addEventListener("abort", stop, { once: true });
   try {
-    const value = await tool.execute(input, { signal, caller: JOURNAL_DECIDED });
+    const value = await tool.execute(input, { signal: own.signal, caller: JOURNAL_DECIDED });
     // The journal keeps JSON: a tool that answered nothing is null when replayed, as when it ran.
     const copied = tryCopyJson(value === undefined ? null : value, { maxBytes: MAX_JSON_BYTES });
     if (!copied.ok) return failedCall("TOOL_FAILED", `the result of ${toolId} is not JSON within limits`);
@@ -397,6 +402,8 @@ async function callTool(
   } catch (error) {
     const code = error instanceof AirlockError && isErrorCode(error.code) ? error.code : "TOOL_FAILED";
     return failedCall(code, messageOf(error));
+  } finally {
+    signal.removeEventListener("abort", stop);
   }
 }
 
