@@ -103,6 +103,16 @@ async function serveStdio(extra: string[] = ["--store", storePath, "--verifier",
   return { client, transport };
 }
 
+/** Runs `body` against a new `airlock serve` child, closed after it. */
+async function withGateway<T>(body: (gateway: Awaited<ReturnType<typeof serveStdio>>) => Promise<T>, extra?: string[]) {
+  const gateway = await serveStdio(extra);
+  try {
+    return await body(gateway);
+  } finally {
+    await gateway.client.close();
+  }
+}
+
 const CODE = [
   'const inbox = await tools.notes__read_inbox({ folder: "in" });',
   'const mail = await tools.mail__send_mail({ to: "ana@example.com", subject: "Lunch" });',
@@ -250,10 +260,8 @@ describe("over stdio (airlock serve --store)", () => {
 
 describe("a waiting run across gateway processes (stdio)", () => {
   it("says it still waits while nobody decided, and resumes in a new gateway on the same store", async () => {
-    const first = await serveStdio();
-    let waiting: ReturnType<typeof expectWaiting>;
-    try {
-      waiting = expectWaiting(await execute(first.client, CODE));
+    const waiting = await withGateway(async (first) => {
+      const waiting = expectWaiting(await execute(first.client, CODE));
       const still = await execute(first.client, CODE, waiting.run);
       expect(still.isError).toBeFalsy();
       expect(textOf(still)).toContain(`Still waiting: nobody has approved or rejected call 2 of run ${waiting.run}`);
@@ -261,24 +269,43 @@ describe("a waiting run across gateway processes (stdio)", () => {
       expect(sent("notes")).toEqual([INBOX]);
       // The gateway dies, as a crash would take it.
       process.kill(first.transport.pid as number, "SIGKILL");
-    } finally {
-      await first.client.close();
-    }
+      return waiting;
+    });
     expect((await decide(waiting.approve)).code).toBe(0);
-    const second = await serveStdio();
-    try {
+    await withGateway(async (second) => {
       const resumed = await execute(second.client, CODE, waiting.run);
       expect(resumed.structuredContent.value).toEqual({ mail: MAIL, note: NOTE.arguments });
-    } finally {
-      await second.client.close();
-    }
+    });
     expect(sent("notes")).toEqual([INBOX, NOTE]);
     expect(sent("mail")).toEqual([MAIL]);
   }, 60_000);
 
+  it("resumes in a new gateway with the stored values the run first saw, which a new session does not have", async () => {
+    const code = [
+      'const to = load("to");',
+      "const mail = await tools.mail__send_mail({ to });",
+      'store("sent", to);',
+      "return mail.sent.arguments;",
+    ].join("\n");
+    const waiting = await withGateway(async (first) => {
+      expect((await execute(first.client, 'store("to", "cy@example.com"); return 1;')).isError).toBeFalsy();
+      const waiting = (await execute(first.client, code)).structuredContent.waiting;
+      expect(waiting?.arguments).toEqual({ to: "cy@example.com" });
+      return waiting as NonNullable<typeof waiting>;
+    });
+    expect((await decide(waiting.approve)).code).toBe(0);
+    await withGateway(async (second) => {
+      const resumed = await execute(second.client, code, waiting.run);
+      expect(resumed.structuredContent.value).toEqual({ to: "cy@example.com" });
+      // The run's writes reach the session that resumed it.
+      expect((await execute(second.client, 'return load("sent");')).structuredContent.value).toBe("cy@example.com");
+    });
+    expect(sent("mail")).toEqual([{ tool: "send_mail", arguments: { to: "cy@example.com" } }]);
+  }, 60_000);
+
   it("says an expired request expired, and sends nothing", async () => {
-    const gateway = await serveStdio(["--store", storePath, "--verifier", verifierPath, "--approval-ttl", "1"]);
-    try {
+    const ttl = ["--store", storePath, "--verifier", verifierPath, "--approval-ttl", "1"];
+    await withGateway(async (gateway) => {
       const waiting = expectWaitingLoose(await execute(gateway.client, CODE));
       await new Promise((resolve) => setTimeout(resolve, 50));
       const expired = await execute(gateway.client, CODE, waiting.run);
@@ -290,14 +317,11 @@ describe("a waiting run across gateway processes (stdio)", () => {
       expect(late.code).toBe(1);
       expect(sent("mail")).toEqual([]);
       expect(sent("notes")).toEqual([INBOX]);
-    } finally {
-      await gateway.client.close();
-    }
+    }, ttl);
   }, 60_000);
 
   it("without a store refuses the call as before, says --store makes it wait, and refuses resume", async () => {
-    const gateway = await serveStdio([]);
-    try {
+    await withGateway(async (gateway) => {
       const refused = await execute(
         gateway.client,
         "try { await tools.mail__send_mail({ to: 'x' }); } catch (error) { return error.code; }",
@@ -312,9 +336,7 @@ describe("a waiting run across gateway processes (stdio)", () => {
       expect(textOf(resume)).toContain("it has no store (airlock serve --store <file|url>)");
       expect(sent("mail")).toEqual([]);
       expect(sent("notes")).toEqual([]);
-    } finally {
-      await gateway.client.close();
-    }
+    }, []);
   }, 60_000);
 });
 

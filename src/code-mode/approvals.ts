@@ -98,6 +98,16 @@ export type JournaledTool = Pick<AnyTool, "id" | "version" | "effects" | "approv
   readonly input?: AnyTool["input"];
 };
 
+/**
+ * An execution's input as the journal binds it: its canonical JSON (digested, so that a resume must give the same),
+ * and `kept`, a value the journal stores with it for a caller that resumes from the journal alone (the MCP gateway
+ * keeps a session's stored values there, which a new process does not have).
+ */
+export interface JournalInput {
+  readonly canonical: string;
+  readonly kept?: JsonValue;
+}
+
 export interface ApprovingHuman {
   readonly id: string;
   readonly projectId: string;
@@ -171,6 +181,8 @@ interface JournalState {
   inputDigest: string;
   startedAt: number;
   seed: number;
+  /** `JournalInput.kept`, when the caller gave one. */
+  kept?: JsonValue;
   fingerprint: string | null;
   status: JournalStatus;
   owner: string | null;
@@ -301,14 +313,14 @@ function blockedResult(message: string): ToolCallResult {
 export interface CallApprovals {
   execute(
     program: JournaledProgram,
-    input: { canonical: string },
+    input: JournalInput,
     context: { runId: string; executionId: string; scope: Scope },
     attempt: RunAttempt,
     adapter: SandboxAdapter,
   ): Promise<AttemptOutcome | WaitingOutcome>;
   resume(
     program: JournaledProgram,
-    input: { canonical: string },
+    input: JournalInput,
     context: { runId: string; executionId: string; scope: Scope },
     attempt: RunAttempt,
     adapter: SandboxAdapter,
@@ -647,13 +659,13 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
   const claim = async (
     program: JournaledProgram,
     context: { runId: string; executionId: string; scope: Scope },
-    input: { canonical: string },
+    input: JournalInput,
     create: boolean,
   ): Promise<{ state: JournalState; owner: string } | WaitingOutcome | AttemptOutcome> => {
     const sh = scopeHash(context.scope);
     const id = journalId(context.executionId);
     const owner = randomUUID();
-    const inputDigest = journalInputDigest(input.canonical);
+    const inputDigest = domainDigest("airlock:code-input:v1", input.canonical);
     // A running attempt holds the journal at most for the program's wall time and the executor's graces.
     const holdMs = program.limits.wallTimeMillis + JOURNAL_HOLD_GRACE_MS;
     if (create) {
@@ -667,6 +679,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         inputDigest,
         startedAt: Date.now(),
         seed: Math.floor(Math.random() * 0x1_0000_0000),
+        ...(input.kept === undefined ? {} : { kept: input.kept }),
         fingerprint: null,
         status: "running",
         owner,
@@ -824,6 +837,8 @@ export interface CallJournalView {
   readonly programDigest: string;
   readonly inputDigest: string;
   readonly status: string;
+  /** `JournalInput.kept` of the first attempt. */
+  readonly kept?: JsonValue;
   /** The call it waits on (or waited on), with its exact arguments when they are JSON within limits. */
   readonly pending: (CallApproval & { readonly input?: JsonValue }) | null;
 }
@@ -843,6 +858,7 @@ export async function readCallJournal(
     programDigest: state.programDigest,
     inputDigest: state.inputDigest,
     status: state.status,
+    ...(state.kept === undefined ? {} : { kept: state.kept }),
     pending:
       pending === null || typeof pending !== "object"
         ? null
@@ -851,11 +867,6 @@ export async function readCallJournal(
             ...(pending.input === undefined ? {} : { input: pending.input }),
           }),
   });
-}
-
-/** The digest a journal keeps of an execution's input (its canonical JSON text). */
-export function journalInputDigest(canonical: string): string {
-  return domainDigest("airlock:code-input:v1", canonical);
 }
 
 /**

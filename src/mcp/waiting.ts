@@ -19,7 +19,6 @@ import {
   createCallApprovals,
   type JournaledProgram,
   type JournaledTool,
-  journalInputDigest,
   readCallJournal,
   type WaitingOutcome,
 } from "../code-mode/approvals.ts";
@@ -71,7 +70,7 @@ export interface WaitingRunInput {
   /** The script that runs (types stripped). */
   script: string;
   timeoutMs: number;
-  /** The session's stored values when the run starts; a resume must start from the same. */
+  /** The session's stored values when the run starts (a resume starts from those its journal kept). */
   values: Record<string, unknown>;
   signal?: AbortSignal;
   sandbox: CodemodeSandboxBase;
@@ -125,13 +124,12 @@ export class WaitingRuns {
       const problem = resumeProblem(resume);
       if (problem !== undefined) return { answer: refusal("INVALID_INPUT", problem) };
     }
-    const values = tryCopyJson(input.values, { maxBytes: MAX_JSON_BYTES });
-    if (!values.ok)
-      return { answer: refusal("INVALID_INPUT", "the session's stored values are not JSON within limits") };
-    const canonical = { canonical: values.json.canonical };
     const { tools, program } = scriptProgram(input.code, input.timeoutMs, sandbox);
     const id = resume ?? `gw-${randomUUID()}`;
     const context = { runId: id, executionId: id, scope: this.scope };
+    // The session's stored values as the run first saw them: kept in its journal, so that a resume (from any
+    // session or process) replays with the very same.
+    let start: unknown = input.values;
 
     if (resume !== undefined) {
       let journal: CallJournalView | undefined;
@@ -156,15 +154,13 @@ export class WaitingRuns {
           ),
         };
       }
-      if (journal.inputDigest !== journalInputDigest(canonical.canonical)) {
-        return {
-          answer: refusal(
-            "CONFLICT",
-            `the session's stored values (store/load) are not those run ${resume} started with, so it could not replay; nothing was sent`,
-          ),
-        };
-      }
+      start = journal.kept ?? {};
     }
+    const values = tryCopyJson(start, { maxBytes: MAX_JSON_BYTES });
+    if (!values.ok) {
+      return { answer: refusal("INVALID_INPUT", "the session's stored values are not JSON within limits") };
+    }
+    const canonical = { canonical: values.json.canonical, kept: values.json.value };
 
     let ran: CodemodeResult | undefined;
     const adapter = scriptAdapter(input, values.json.value as Record<string, unknown>, (result) => {
