@@ -23,7 +23,7 @@ import {
   serveGatewayHttp,
 } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { REPO_ROOT, tempFolder } from "./fixtures/mcp/servers.ts";
+import { REPO_ROOT, recordedCalls, tempFolder } from "./fixtures/mcp/servers.ts";
 
 const CLI = join(REPO_ROOT, "dist", "cli", "main.js");
 const RECORDING = join(REPO_ROOT, "test", "fixtures", "mcp", "recording-server.mjs");
@@ -71,11 +71,8 @@ beforeEach(() => {
 });
 
 /** The calls a server got, in order. */
-function sent(server: keyof typeof logs): { tool: string; arguments: Record<string, unknown> }[] {
-  return readFileSync(logs[server], "utf8")
-    .split("\n")
-    .filter((line) => line !== "")
-    .map((line) => JSON.parse(line));
+function sent(server: keyof typeof logs) {
+  return recordedCalls(logs[server]);
 }
 
 function person(client: Client, answer: Answer): Pick<Connected, "asked" | "cancelled"> {

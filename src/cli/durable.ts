@@ -3,9 +3,15 @@
  * schema library they use) stay out of every other command's start.
  */
 import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { type ApprovingHuman, createCallApprovals, JOURNAL_KIND, verifyApprover } from "../code-mode/approvals.ts";
+import {
+  type ApprovingHuman,
+  createCallApprovals,
+  JOURNAL_KIND,
+  MAX_CALL_APPROVAL_TTL_MS,
+  verifyApprover,
+} from "../code-mode/approvals.ts";
 import type { Scope } from "../tools/define.ts";
 import { AirlockError } from "../tools/errors.ts";
 import { isStepId } from "../workflows/definition.ts";
@@ -26,22 +32,62 @@ export interface StoreFlags {
 
 type Verify = (credential: unknown) => ApprovingHuman | Promise<ApprovingHuman>;
 
-async function openStore(values: { store?: string; schema?: string }, io: CliIo): Promise<WorkflowStore> {
+/**
+ * The store of `--store`, initialized, and how a command line names it (a SQLite file by its absolute path, a
+ * PostgreSQL URL without its password). `create`: a missing SQLite file is made (the gateway's), else it is refused.
+ */
+async function openNamedStore(
+  values: { store?: string; schema?: string },
+  io: CliIo,
+  create: boolean,
+): Promise<{ store: WorkflowStore; shown: string }> {
   const target = values.store;
   if (target === undefined) throw new UsageError("--store is required");
   let store: WorkflowStore;
+  let shown: string;
   if (/^postgres(ql)?:\/\//.test(target)) {
     store = createPostgresStore({ connectionString: target, ...(values.schema ? { schema: values.schema } : {}) });
+    shown = withoutPassword(target);
   } else {
     if (values.schema !== undefined) throw new UsageError("--schema is for PostgreSQL stores only");
     const filename = resolve(io.cwd, target);
     // A mistyped path must not become a new, empty store.
-    if (!existsSync(filename)) throw new UsageError(`no store file at ${filename}`);
+    if (!create && !existsSync(filename)) throw new UsageError(`no store file at ${filename}`);
+    if (create && !existsSync(dirname(filename))) throw new UsageError(`--store: no directory ${dirname(filename)}`);
     store = createSqliteStore({ filename });
+    shown = filename;
   }
-  await store.initialize();
-  return store;
+  try {
+    await store.initialize();
+  } catch (error) {
+    await store.close().catch(() => {});
+    throw error;
+  }
+  return { store, shown };
 }
+
+async function openStore(values: { store?: string; schema?: string }, io: CliIo): Promise<WorkflowStore> {
+  return (await openNamedStore(values, io, false)).store;
+}
+
+/** The gateway's store (`airlock serve --store`): a SQLite file is created when missing. */
+export function openGatewayStore(values: { store?: string; schema?: string }, io: CliIo) {
+  return openNamedStore(values, io, true);
+}
+
+/** A connection URL as it may be shown: without its password. */
+function withoutPassword(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password === "") return url;
+    parsed.password = "";
+    return parsed.toString();
+  } catch {
+    return "postgres://...";
+  }
+}
+
+export { MAX_CALL_APPROVAL_TTL_MS };
 
 async function withStore(
   values: { store?: string; schema?: string },

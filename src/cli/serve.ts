@@ -1,5 +1,5 @@
 /** `airlock serve --config <mcp.json>`: the code-mode MCP gateway, over stdio or Streamable HTTP. */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { resolve } from "node:path";
 import {
@@ -10,10 +10,12 @@ import {
   DEFAULT_SESSION_IDLE_MS,
 } from "../mcp/defaults.ts";
 import type { HttpServing, McpGateway, ParsedMcpConfig } from "../mcp/index.ts";
+import type { WaitingDecision } from "../mcp/waiting.ts";
 import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
 import { EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
+import { APPROVER_CREDENTIAL_ENV } from "./runs.ts";
 
 /** The largest deadline a Node.js timer can hold. */
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
@@ -38,7 +40,10 @@ Per server, "tools": ["name", ...] exposes only those tools and "readOnly": true
 readOnlyHint: true; "readOnly": true at the top applies to every server. \${VAR} reads the environment.
 "approval": "always" (or ["name", ...]) makes every call of the server's tools (or of the named ones) wait for
 a person's approval, asked through the client (MCP elicitation); a refused call is not sent and rejects in the
-program with code GUARD_BLOCKED. A client without elicitation cannot approve: such calls are refused.
+program with code GUARD_BLOCKED. A client without elicitation cannot be asked: such calls are refused, unless the gateway has a --store, where
+the run waits instead: execute answers with the run's id and the airlock approve and airlock reject lines, and
+once a person decided, execute with the same code and "resume": "<id>" continues the run without sending any
+earlier call again.
 A server that does not start (or dies for good) is reported and tried again in the background; the others serve on.
 
 Options:
@@ -66,6 +71,15 @@ Options:
   --max-output-tokens <n>    Most tokens of text one execution returns; the rest is cut, with a note
                              (default ${DEFAULT_MAX_OUTPUT_TOKENS})
   --read-only                Expose only tools annotated readOnlyHint: true, from every server
+  --store <file|url>         Keep runs that wait for a person's approval in this durable store: a SQLite file
+                             (created if missing) or a postgres:// URL; airlock approvals list, approve and
+                             reject work on it
+  --schema <name>            With a PostgreSQL --store, its schema (default airlock)
+  --project <id>             With --store, the project of its runs' scope {"principalId": "airlock-gateway",
+                             "projectId": <id>}: a person approving must belong to it (default airlock)
+  --verifier <module>        With --store, the verifyHuman module to name in the approve and reject lines
+                             (the gateway does not load it; airlock approve does)
+  --approval-ttl <ms>        With --store, how long a waiting run waits for a person (default an hour)
   -h, --help                 Show this help
 
 A script's first line may lower the limits for its own run: // @options: {"timeout_ms": 5000, "max_output_tokens": 800}.
@@ -94,6 +108,11 @@ const flags = {
   memory: { type: "string" },
   "max-output-tokens": { type: "string" },
   "read-only": { type: "boolean" },
+  store: { type: "string" },
+  schema: { type: "string" },
+  project: { type: "string" },
+  verifier: { type: "string" },
+  "approval-ttl": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -169,6 +188,14 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
           "tokens",
         );
   const readOnly = values["read-only"] === true;
+  for (const flag of ["schema", "project", "verifier", "approval-ttl"] as const) {
+    if (values[flag] !== undefined && values.store === undefined) throw new UsageError(`--${flag} needs --store`);
+  }
+  if (values.project !== undefined && (values.project === "" || values.project.length > 256)) {
+    throw new UsageError("--project must be 1-256 characters");
+  }
+  const verifier = values.verifier === undefined ? undefined : resolve(io.cwd, values.verifier);
+  if (verifier !== undefined && !existsSync(verifier)) throw new UsageError(`--verifier: no module at ${verifier}`);
   // Starting the upstream servers can take a while: a port in use or a bad host should fail before that.
   if (port !== undefined) await checkBindable(port, host);
 
@@ -184,9 +211,30 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   const log = (text: string) => io.stderr(`airlock serve: ${text}\n`);
   for (const warning of config.warnings) log(`warning: ${warning}`);
 
+  // Loaded only with --store: the stores and their drivers stay out of every other start.
+  const durable = values.store === undefined ? undefined : await import("./durable.ts");
+  const approvalTtlMs =
+    values["approval-ttl"] === undefined || durable === undefined
+      ? undefined
+      : positiveInteger("--approval-ttl", values["approval-ttl"], durable.MAX_CALL_APPROVAL_TTL_MS, "milliseconds");
+  const store = durable === undefined ? undefined : await durable.openGatewayStore(values, io);
+  const waiting =
+    store === undefined
+      ? undefined
+      : {
+          store: store.store,
+          scope: {
+            ...mcp.DEFAULT_GATEWAY_SCOPE,
+            ...(values.project === undefined ? {} : { projectId: values.project }),
+          },
+          ...(approvalTtlMs === undefined ? {} : { ttlMs: approvalTtlMs }),
+          commandLine: decisionLine(store.shown, values.schema, verifier),
+        };
+
   let gateway: McpGateway;
   try {
     gateway = await mcp.McpGateway.start(config, {
+      ...(waiting === undefined ? {} : { waiting }),
       readOnly,
       timeoutMs,
       approvalTimeoutMs,
@@ -206,6 +254,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
       forwardRoots: port === undefined || values["forward-roots"] === true,
     });
   } catch (error) {
+    await store?.store.close();
     if (error instanceof mcp.McpToolCollisionError) {
       log(error.message);
       return EXIT_FAILED;
@@ -266,10 +315,34 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   } finally {
     // Signals that arrive while the upstream servers are being stopped wait for that to finish.
     await gateway.close();
+    await store?.store.close();
     stopInterrupt();
     process.off("SIGTERM", onTerm);
   }
   return EXIT_OK;
+}
+
+/**
+ * The `airlock approve` (or `reject`) line of a waiting call, as a person runs it: the credential from the
+ * environment, the store as the gateway opened it (a PostgreSQL password left out: give it as PGPASSWORD).
+ */
+function decisionLine(
+  store: string,
+  schema: string | undefined,
+  verifier: string | undefined,
+): (decision: WaitingDecision) => string {
+  const options = [
+    `--store ${shellWord(store)}`,
+    ...(schema === undefined ? [] : [`--schema ${shellWord(schema)}`]),
+    `--verifier ${verifier === undefined ? "<a module exporting verifyHuman>" : shellWord(verifier)}`,
+  ].join(" ");
+  return ({ verdict, run, node, digest }) =>
+    `${APPROVER_CREDENTIAL_ENV}=<the person's credential> airlock ${verdict} ${run} ${node} --digest ${digest} ${options}`;
+}
+
+/** A word as a POSIX shell reads it back. */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 }
 
 /** The bearer token from an environment variable (never from the command line, which other users can see). */

@@ -32,7 +32,7 @@ import {
   type ToolCallResult,
 } from "./adapter.ts";
 import type { ExecutionEvidence } from "./evidence.ts";
-import type { AnyCodeProgram } from "./program.ts";
+import type { CodeProgramLimits } from "./program.ts";
 
 /** How long an approval request lives before the paused execution expires. */
 export const DEFAULT_CALL_APPROVAL_TTL_MS = 60 * 60 * 1000;
@@ -81,6 +81,31 @@ export interface ApprovalJournalStore {
     ) => { state: JsonObject; events: readonly { type: string; data: JsonObject }[] } | null,
   ): Promise<{ record: JournalRecord; changed: boolean } | undefined>;
   events(scope: string, id: string, after?: number): Promise<readonly JournalEvent[]>;
+}
+
+/**
+ * What the journal reads of a program: its digest, two of its limits, and of its tools the id, version, effects and
+ * approval (a code program has them all; the MCP gateway describes its scripts with these alone).
+ */
+export interface JournaledProgram {
+  readonly digest: string;
+  readonly limits: Pick<CodeProgramLimits, "wallTimeMillis" | "maxToolInputBytes">;
+  readonly tools: readonly JournaledTool[];
+}
+
+/** A tool as the journal sees it; `input` is read only for an approval that is a function of the input. */
+export type JournaledTool = Pick<AnyTool, "id" | "version" | "effects" | "approval"> & {
+  readonly input?: AnyTool["input"];
+};
+
+/**
+ * An execution's input as the journal binds it: its canonical JSON (digested, so that a resume must give the same),
+ * and `kept`, a value the journal stores with it for a caller that resumes from the journal alone (the MCP gateway
+ * keeps a session's stored values there, which a new process does not have).
+ */
+export interface JournalInput {
+  readonly canonical: string;
+  readonly kept?: JsonValue;
 }
 
 export interface ApprovingHuman {
@@ -142,6 +167,8 @@ interface Pending {
   /** Set by approve or reject; kept until the awaited call was answered, also across a takeover. */
   decision: "approved" | "rejected" | null;
   humanId: string | null;
+  /** The call's exact arguments (absent when they are not JSON within `maxToolInputBytes`). */
+  input?: JsonValue;
 }
 
 interface JournalState {
@@ -154,6 +181,8 @@ interface JournalState {
   inputDigest: string;
   startedAt: number;
   seed: number;
+  /** `JournalInput.kept`, when the caller gave one. */
+  kept?: JsonValue;
   fingerprint: string | null;
   status: JournalStatus;
   owner: string | null;
@@ -199,11 +228,15 @@ const never = <T>() => new Promise<T>(() => {});
 const isCount = (value: unknown): value is number =>
   typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
 
-function argsDigestOf(input: unknown, maxBytes: number): string {
+const scopeHash = (scope: Scope) => domainDigest("airlock:scope:v1", scope);
+const journalId = (executionId: string) => domainDigest("airlock:call-journal:v1", { executionId });
+
+/** A call's arguments: their digest, and their JSON copy when they have one within `maxBytes`. */
+function argsOf(input: unknown, maxBytes: number): { digest: string; json: JsonValue | undefined } {
   const copied = tryCopyJson(input, { maxBytes });
   // Digested from the copy's canonical text: a resume digests every journaled call's arguments.
-  if (copied.ok) return domainDigestOfCopy("airlock:call-args:v1", copied.json);
-  return domainDigest("airlock:call-args:v1", { refused: copied.error.rule });
+  if (copied.ok) return { digest: domainDigestOfCopy("airlock:call-args:v1", copied.json), json: copied.json.value };
+  return { digest: domainDigest("airlock:call-args:v1", { refused: copied.error.rule }), json: undefined };
 }
 
 function checkJournal(record: JournalRecord): JournalState {
@@ -258,6 +291,18 @@ function foldEntries(events: readonly JournalEvent[]): Map<number, Entry> {
   return entries;
 }
 
+/** The approval a pending call asks for, as callers see it. */
+function approvalOf(executionId: string, pending: Pending): CallApproval {
+  return Object.freeze({
+    callId: `${executionId}:call:${pending.n}`,
+    tool: pending.toolId,
+    version: pending.version,
+    inputDigest: pending.inputDigest,
+    digest: pending.digest,
+    expiresAt: pending.expiresAt,
+  });
+}
+
 function blockedResult(message: string): ToolCallResult {
   return Object.freeze({
     status: "blocked" as const,
@@ -267,15 +312,15 @@ function blockedResult(message: string): ToolCallResult {
 
 export interface CallApprovals {
   execute(
-    program: AnyCodeProgram,
-    input: { canonical: string },
+    program: JournaledProgram,
+    input: JournalInput,
     context: { runId: string; executionId: string; scope: Scope },
     attempt: RunAttempt,
     adapter: SandboxAdapter,
   ): Promise<AttemptOutcome | WaitingOutcome>;
   resume(
-    program: AnyCodeProgram,
-    input: { canonical: string },
+    program: JournaledProgram,
+    input: JournalInput,
     context: { runId: string; executionId: string; scope: Scope },
     attempt: RunAttempt,
     adapter: SandboxAdapter,
@@ -299,13 +344,10 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
     throw configError(`approvals.ttlMs must be an integer from 1 to ${MAX_CALL_APPROVAL_TTL_MS}`);
   }
 
-  const scopeHash = (scope: Scope) => domainDigest("airlock:scope:v1", scope);
-  const journalId = (executionId: string) => domainDigest("airlock:call-journal:v1", { executionId });
-
-  const needsApproval = async (tool: AnyTool, input: unknown): Promise<boolean> => {
+  const needsApproval = async (tool: JournaledTool, input: unknown): Promise<boolean> => {
     const approval = tool.approval;
     if (approval === "never") return false;
-    if (approval === "always") return true;
+    if (approval === "always" || tool.input === undefined) return true;
     const parsed = await parseWithSchema(tool.input, input);
     // Input the tool would refuse needs nobody's approval: the broker refuses it.
     if (!parsed.ok) return false;
@@ -363,7 +405,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
 
   /** One attempt: replays the journal, runs on, and ends at the end of the program or at a call that needs approval. */
   async function runAttempt(
-    program: AnyCodeProgram,
+    program: JournaledProgram,
     scope: Scope,
     state: JournalState,
     owner: string,
@@ -447,7 +489,8 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
             const n = ++calls;
             if (halted !== null) return never();
             return (async (): Promise<SequencedCallResult> => {
-              const argsDigest = argsDigestOf(input, maxArgs);
+              const args = argsOf(input, maxArgs);
+              const argsDigest = args.digest;
               const entry = journal.get(n);
               const tool = toolsById.get(toolId);
               if (entry !== undefined) {
@@ -517,6 +560,8 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
                     expiresAt,
                     decision: null,
                     humanId: null,
+                    // What the person approves, for whoever shows the request (`airlock runs show`, the gateway).
+                    ...(args.json === undefined ? {} : { input: args.json }),
                   },
                 });
                 return never();
@@ -589,14 +634,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
       await finish("waiting", { pending, fingerprint });
       return Object.freeze({
         status: "waiting" as const,
-        approval: Object.freeze({
-          callId: `${state.executionId}:call:${pending.n}`,
-          tool: pending.toolId,
-          version: pending.version,
-          inputDigest: pending.inputDigest,
-          digest: pending.digest,
-          expiresAt: pending.expiresAt,
-        }),
+        approval: approvalOf(state.executionId, pending),
         usage: outcome.usage,
         evidence: outcome.evidence,
       });
@@ -619,9 +657,9 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
   }
 
   const claim = async (
-    program: AnyCodeProgram,
+    program: JournaledProgram,
     context: { runId: string; executionId: string; scope: Scope },
-    input: { canonical: string },
+    input: JournalInput,
     create: boolean,
   ): Promise<{ state: JournalState; owner: string } | WaitingOutcome | AttemptOutcome> => {
     const sh = scopeHash(context.scope);
@@ -641,6 +679,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         inputDigest,
         startedAt: Date.now(),
         seed: Math.floor(Math.random() * 0x1_0000_0000),
+        ...(input.kept === undefined ? {} : { kept: input.kept }),
         fingerprint: null,
         status: "running",
         owner,
@@ -690,14 +729,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         const pending = journal.pending;
         waiting = Object.freeze({
           status: "waiting" as const,
-          approval: Object.freeze({
-            callId: `${journal.executionId}:call:${pending.n}`,
-            tool: pending.toolId,
-            version: pending.version,
-            inputDigest: pending.inputDigest,
-            digest: pending.digest,
-            expiresAt: pending.expiresAt,
-          }),
+          approval: approvalOf(journal.executionId, pending),
           usage: {},
           evidence: [],
         });
@@ -797,6 +829,44 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
       return { status: verdict };
     },
   };
+}
+
+/** An execution's journal as a caller checks it before a resume: what ran, its status and the call it waits on. */
+export interface CallJournalView {
+  readonly runId: string;
+  readonly programDigest: string;
+  readonly inputDigest: string;
+  readonly status: string;
+  /** `JournalInput.kept` of the first attempt. */
+  readonly kept?: JsonValue;
+  /** The call it waits on (or waited on), with its exact arguments when they are JSON within limits. */
+  readonly pending: (CallApproval & { readonly input?: JsonValue }) | null;
+}
+
+/** The journal of `executionId` in `scope`, or undefined when the store has none. */
+export async function readCallJournal(
+  store: ApprovalJournalStore,
+  scope: Scope,
+  executionId: string,
+): Promise<CallJournalView | undefined> {
+  const record = await store.read(scopeHash(scope), journalId(executionId));
+  if (record === undefined) return undefined;
+  const state = checkJournal(record);
+  const pending = state.pending;
+  return Object.freeze({
+    runId: state.runId,
+    programDigest: state.programDigest,
+    inputDigest: state.inputDigest,
+    status: state.status,
+    ...(state.kept === undefined ? {} : { kept: state.kept }),
+    pending:
+      pending === null || typeof pending !== "object"
+        ? null
+        : Object.freeze({
+            ...approvalOf(state.executionId, pending),
+            ...(pending.input === undefined ? {} : { input: pending.input }),
+          }),
+  });
 }
 
 /**

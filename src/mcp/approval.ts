@@ -197,10 +197,17 @@ export class ApprovalGate {
 }
 
 /**
+ * The caller of the calls a waiting run's journal sends (waiting.ts): the journal sends a call that needs approval
+ * only once a person approved it (`airlock approve`), so the tool asks nobody again.
+ */
+export const JOURNAL_DECIDED: unique symbol = Symbol("airlock.journal-decided");
+
+/**
  * Before a call of a tool that needs approval: asks through the run's gate. A run without one (the toolset used
  * outside the gateway's `execute`, or `execute` called without a session) has no one to ask, and the call is refused.
  */
 export async function requireApproval(caller: unknown, call: ApprovalCall, signal: AbortSignal): Promise<void> {
+  if (caller === JOURNAL_DECIDED) return;
   if (caller instanceof ApprovalGate) return caller.require(call, signal);
   throw blocked(
     `tools.${call.name} needs a person's approval (the "approval" field of server ${JSON.stringify(call.server)}), and this run has no MCP client to ask: only the gateway's execute asks, through MCP elicitation; the call was not sent`,
@@ -217,7 +224,7 @@ export function needsApproval(approval: "always" | "never" | readonly string[], 
 /** The note `execute` adds for calls the client could not be asked about: what to change. */
 export function unsupportedNote(records: readonly ApprovalRecord[]): string {
   const tools = [...new Set(records.map((record) => `"${record.tool}" of server "${record.server}"`))];
-  return `Not sent: ${tools.join(", ")} ${tools.length === 1 ? "needs" : "need"} a person's approval for every call (the server's "approval" field in the gateway's config), and this MCP client does not support elicitation, so the gateway could not ask. Use a client that declares the elicitation capability (form mode), or take the tool out of the server's "approval" field.`;
+  return `Not sent: ${tools.join(", ")} ${tools.length === 1 ? "needs" : "need"} a person's approval for every call (the server's "approval" field in the gateway's config), and this MCP client does not support elicitation, so the gateway could not ask. Use a client that declares the elicitation capability (form mode), start the gateway with a store (airlock serve --store <file|url>) so that such a run waits for a person's approval instead (airlock approve), or take the tool out of the server's "approval" field.`;
 }
 
 function blocked(message: string): AirlockError {

@@ -30,6 +30,8 @@ export interface DescriptionInput {
   maxTokens: number;
   /** Programs have search(), describe() and resources (the gateway's own sandbox). */
   programFunctions: boolean;
+  /** The gateway has a store: a client that cannot be asked gets a run that waits (see waiting.ts). */
+  waiting?: boolean;
 }
 
 /** `execute`'s whole description. */
@@ -47,7 +49,7 @@ export function executeDescription(input: DescriptionInput): string {
     "- Print with text(value) or console.log(); show an image with image(img); the return value comes last (JSON unless a string).",
     "- store(key, value) / load(key) keep JSON values across executions in this session.",
     ...(functions === undefined ? [] : [functions]),
-    ...approvalRule(input.tools),
+    ...approvalRule(input.tools, input.waiting === true),
     "- No fetch, require, import, process, files or timers.",
     `- Optional first line: // @options: {"timeout_ms": 30000, "max_output_tokens": 4000} (limits here: ${input.timeoutMs} ms, ${input.maxOutputTokens} tokens; longer text is cut).`,
     "- Failures return the error kind (script, timeout, aborted, sandbox), message and stack (codemode.js:<line>).",
@@ -59,13 +61,18 @@ export function executeDescription(input: DescriptionInput): string {
 const MAX_GATED_TOOLS_NAMED = 20;
 
 /** The rule for tools whose calls a person approves, when there are any (see approval.ts). */
-function approvalRule(tools: readonly McpTool[]): string[] {
+function approvalRule(tools: readonly McpTool[], waiting: boolean): string[] {
   const gated = tools.filter((tool) => tool.needsApproval).map((tool) => `tools.${tool.name}`);
   if (gated.length === 0) return [];
   const more = gated.length - MAX_GATED_TOOLS_NAMED;
   const named = gated.slice(0, MAX_GATED_TOOLS_NAMED).join(", ") + (more > 0 ? ` and ${more} more` : "");
   return [
     `- A person approves each call of ${named} before it is sent (asked through your MCP client); a call that is not approved is not sent and rejects with an error whose code is "GUARD_BLOCKED": catch it to go on without it.`,
+    ...(waiting
+      ? [
+          `- If your client cannot be asked, the run stops at such a call and execute answers that it waits, with its id and the command a person runs to approve it. Once they did, call execute again with exactly the same code and "resume": "<id>": the program runs again from the start, the calls it already made are answered as before without being sent again, and it goes on from there.`,
+        ]
+      : []),
   ];
 }
 

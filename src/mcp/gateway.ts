@@ -41,6 +41,7 @@ import { createGatewayServer } from "./session.ts";
 import { loadTokenizer } from "./tokens.ts";
 import { CONNECT_KEYS, type ConnectMcpServersOptions, type McpTool, McpToolset } from "./toolset.ts";
 import { UpstreamResources } from "./upstream-resources.ts";
+import { type GatewayWaitingOptions, refusal, WaitingRuns } from "./waiting.ts";
 
 export interface McpGatewayOptions {
   /** Deadline of one execution in ms; a script's `timeout_ms` can only lower it. Default `DEFAULT_GATEWAY_TIMEOUT_MS`. */
@@ -79,6 +80,12 @@ export interface McpGatewayOptions {
   approvalTimeoutMs?: number;
   /** Most approval requests one execution may ask; calls past it are refused. Default `DEFAULT_MAX_APPROVALS_PER_EXECUTION`. */
   maxApprovalsPerExecution?: number;
+  /**
+   * A durable store for runs that wait (see waiting.ts): when a client cannot be asked (no elicitation), a call that
+   * needs approval makes the run wait for a person (`airlock approve`), and `execute` with `resume` continues it.
+   * Without it such calls are refused.
+   */
+  waiting?: GatewayWaitingOptions;
 }
 
 /** What `execute` takes besides the code. */
@@ -95,6 +102,8 @@ export interface GatewayExecuteOptions {
    * elicitation). Without it such calls are refused (`GUARD_BLOCKED`).
    */
   caller?: ApprovalAsker;
+  /** The id of a run that waited: continues it (the same code), with the gateway's `waiting` store. */
+  resume?: string;
 }
 
 /** One `search` result as programs get it from `search()`. */
@@ -117,6 +126,7 @@ const GATEWAY_KEYS = optionKeys<McpGatewayOptions>({
   forwardRoots: true,
   approvalTimeoutMs: true,
   maxApprovalsPerExecution: true,
+  waiting: true,
 });
 
 /** `options` split into those whose key is in `keys` and the rest. */
@@ -140,6 +150,8 @@ export class McpGateway {
   readonly approvalLimits: ApprovalLimits;
   /** The upstream servers' resources and prompts, as sessions list and read them. */
   readonly resources: UpstreamResources;
+  /** Runs that wait for a person, when the gateway has a store. */
+  readonly waiting: WaitingRuns | undefined;
   private readonly ownsSandbox: boolean;
   private readonly ownsToolset: boolean;
   private readonly sessions = new Set<{ server: Server; changed(what: "tools" | "resources" | "prompts"): void }>();
@@ -178,6 +190,7 @@ export class McpGateway {
         `maxApprovalsPerExecution must be at most ${MAX_APPROVAL_RECORDS} (MAX_APPROVAL_RECORDS), got ${this.approvalLimits.maxRequests}`,
       );
     }
+    this.waiting = options.waiting === undefined ? undefined : new WaitingRuns(options.waiting);
     this.resources = new UpstreamResources(toolset);
     this.ownsSandbox = options.sandbox === undefined;
     this.sandbox =
@@ -283,7 +296,13 @@ export class McpGateway {
    * stripped) and gives its output and value, or its error, as MCP content with `structuredContent`.
    */
   async execute(code: string, options: GatewayExecuteOptions = {}): Promise<McpToolResult> {
-    refuseUnknownOptions(options, "execute", ["signal", "store", "onProgress", "meta", "caller"]);
+    refuseUnknownOptions(options, "execute", ["signal", "store", "onProgress", "meta", "caller", "resume"]);
+    if (options.resume !== undefined && this.waiting === undefined) {
+      return refusal(
+        "INVALID_INPUT",
+        "resume continues a run that waited for a person's approval, and this gateway keeps no runs: it has no store (airlock serve --store <file|url>)",
+      );
+    }
     let script: string;
     let timeoutMs = this.timeoutMs;
     let maxOutputTokens = this.maxOutputTokens;
@@ -310,6 +329,24 @@ export class McpGateway {
         isError: true,
       };
     }
+    // A client that cannot be asked, of a gateway with a store: calls that need approval make the run wait.
+    if (
+      this.waiting !== undefined &&
+      (options.resume !== undefined ||
+        (options.caller?.canElicit !== true && this.tools.some((tool) => tool.needsApproval)))
+    ) {
+      const ended = await this.waiting.run({
+        code,
+        script,
+        timeoutMs,
+        values: options.store ?? {},
+        sandbox: this.sandbox,
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        ...(options.resume === undefined ? {} : { resume: options.resume }),
+      });
+      if ("answer" in ended) return ended.answer;
+      return this.answer(ended.result, options, maxOutputTokens, undefined);
+    }
     // The run's calls that need approval are asked of the caller's person, one request at a time (see approval.ts).
     const gate = options.caller === undefined ? undefined : new ApprovalGate(options.caller, this.approvalLimits);
     const run = () =>
@@ -333,6 +370,16 @@ export class McpGateway {
         return done;
       });
     });
+    return this.answer(result, options, maxOutputTokens, gate);
+  }
+
+  /** A finished run's answer: its store writes applied to the session's values, and the approvals it asked. */
+  private async answer(
+    result: CodemodeResult,
+    options: GatewayExecuteOptions,
+    maxOutputTokens: number,
+    gate: ApprovalGate | undefined,
+  ): Promise<McpToolResult> {
     if (result.ok && options.store !== undefined) {
       for (const key of result.storeWrites.delete) delete options.store[key];
       for (const [key, value] of Object.entries(result.storeWrites.set)) {
@@ -363,6 +410,7 @@ export class McpGateway {
         maxOutputTokens: this.maxOutputTokens,
         maxTokens: this.declarationsMaxTokens,
         programFunctions: this.ownsSandbox,
+        waiting: this.waiting !== undefined,
       });
       this.described = { key, text };
     }

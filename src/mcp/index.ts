@@ -112,3 +112,8 @@ export {
   UPSTREAM_RETRY_MAX_MS,
 } from "./upstream.ts";
 export { RESOURCE_NOT_FOUND, UpstreamResources } from "./upstream-resources.ts";
+export {
+  DEFAULT_GATEWAY_SCOPE,
+  type GatewayWaitingOptions,
+  type WaitingDecision,
+} from "./waiting.ts";

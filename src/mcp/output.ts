@@ -26,8 +26,28 @@ export interface ExecuteStructuredResult {
   /** True when text was cut to the token limit. */
   truncated: boolean;
   calls: { total: number; failed: number; cancelled: number; byTool: Record<string, number> };
-  /** Why the run failed. */
-  error?: { kind: string; name?: string; message: string };
+  /** Why the run failed; `code` is Airlock's public code when the gateway stopped or refused it (waiting.ts). */
+  error?: { kind: string; name?: string; message: string; code?: string };
+  /** The run waits for a person's approval of one call (a client without elicitation, a gateway with a store). */
+  waiting?: {
+    /** The run's id: `execute` again with the same code and `resume: <run>` continues it. */
+    run: string;
+    /** The call's number in the run (`call:<n>` for `airlock approve`). */
+    call: number;
+    server?: string;
+    tool: string;
+    /** Its exact arguments (absent when they are not JSON within limits). */
+    arguments?: unknown;
+    /** Hex SHA-256 of the arguments' canonical JSON. */
+    argumentsDigest: string;
+    /** The digest `airlock approve` takes: it binds the code, the call's number, tool and arguments, and the expiry. */
+    digest: string;
+    /** When the request expires (ISO 8601). */
+    expiresAt: string;
+    /** The command line that approves the call, and the one that rejects it. */
+    approve: string;
+    reject: string;
+  };
   /** The calls that needed a person's approval, in order, and what became of each (see approval.ts). */
   approvals?: { server: string; tool: string; decision: string }[];
   /** Calls that needed approval past the `MAX_APPROVAL_RECORDS` listed (all of them refused without asking). */
@@ -61,8 +81,27 @@ export const EXECUTE_OUTPUT_SCHEMA = {
         kind: { type: "string", enum: ["script", "timeout", "aborted", "sandbox"] },
         name: { type: "string" },
         message: { type: "string" },
+        code: { type: "string", description: "Airlock's public error code, when the gateway stopped the run" },
       },
       required: ["kind", "message"],
+    },
+    waiting: {
+      type: "object",
+      description:
+        "The run waits for a person's approval of one call: approve or reject it as shown, then execute the same code with resume: run",
+      properties: {
+        run: { type: "string" },
+        call: { type: "integer", minimum: 1 },
+        server: { type: "string" },
+        tool: { type: "string" },
+        arguments: {},
+        argumentsDigest: { type: "string" },
+        digest: { type: "string" },
+        expiresAt: { type: "string" },
+        approve: { type: "string" },
+        reject: { type: "string" },
+      },
+      required: ["run", "call", "tool", "argumentsDigest", "digest", "expiresAt", "approve", "reject"],
     },
     approvals: {
       type: "array",

@@ -35,6 +35,7 @@ import {
   MAX_TOOL_NAME_CHARS,
 } from "./limits.ts";
 import { EXECUTE_OUTPUT_SCHEMA, type McpToolResult } from "./output.ts";
+import { resumeProblem } from "./waiting.ts";
 
 /** Least time between two progress notifications of one run, however fast its calls and output come. */
 export const PROGRESS_MIN_INTERVAL_MS = 250;
@@ -95,6 +96,8 @@ export function createGatewayServer(gateway: McpGateway): GatewaySession {
       }
       case "execute": {
         if (typeof args.code !== "string") return toolError('Invalid arguments for execute: "code" must be a string');
+        const problem = args.resume === undefined ? undefined : resumeProblem(args.resume);
+        if (problem !== undefined) return toolError(`Invalid arguments for execute: ${problem}`);
         const meta = request.params._meta as Record<string, unknown> | undefined;
         const reporter = new RunReporter(extra.sendNotification as Notify, meta?.progressToken as ProgressToken, () =>
           logLevel === undefined ? false : severity(logLevel) <= severity("info"),
@@ -106,6 +109,7 @@ export function createGatewayServer(gateway: McpGateway): GatewaySession {
             ...(reporter.listening ? { onProgress: (event: CodemodeProgressEvent) => reporter.on(event) } : {}),
             ...(meta === undefined ? {} : { meta }),
             caller: sessionAsker(server, extra.requestId),
+            ...(args.resume === undefined ? {} : { resume: args.resume as string }),
           })) as CallToolResult;
         } finally {
           reporter.end();
@@ -213,6 +217,11 @@ function toolList(gateway: McpGateway): Tool[] {
           code: {
             type: "string",
             description: "The program: the body of an async function, in JavaScript or TypeScript",
+          },
+          resume: {
+            type: "string",
+            description:
+              "The id of a run that execute said waits for a person's approval: continues it once the person decided. Send exactly the same code; the calls it already made are not sent again.",
           },
         },
         required: ["code"],
