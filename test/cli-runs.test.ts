@@ -145,6 +145,8 @@ describe("airlock runs, approvals, approve, reject", () => {
       steps: { first: { status: "waiting" } },
     });
     expect(shown.events.length).toBeGreaterThan(0);
+    const program = JSON.parse((await runCli(["runs", "show", "mail-1", "--store", filename])).stdout);
+    expect(program).toMatchObject({ kind: "program", status: "waiting" });
     const waiting = JSON.parse((await runCli(["approvals", "list", "--store", filename, "--json"])).stdout);
     expect(waiting).toHaveLength(3);
     expect(waiting).toEqual(

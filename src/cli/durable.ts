@@ -230,7 +230,8 @@ export async function runsAction(values: StoreFlags, io: CliIo, action: "list" |
     const shown =
       record.kind === RUN_KIND
         ? { kind: "workflow", ...snapshotOf(record.id, record.version, runStateOf(record.state)), events }
-        : { kind: "program", ...record.state, events };
+        : // The journal's own `kind` field ("code-journal") would hide the label.
+          { ...record.state, kind: "program", events };
     io.stdout(`${JSON.stringify(shown, null, 2)}\n`);
     return EXIT_OK;
   });
