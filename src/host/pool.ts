@@ -347,24 +347,19 @@ export class PeerPool implements Launcher {
   /**
    * The VM side for new work (or a run that moves): a booted one with room that does not compute a long turn,
    * preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the fewest runs. When there is none,
-   * the work waits in the pool until one is free, rather than behind a long turn or a boot it may not need. The pool
-   * grows here (one VM side at a time, up to its largest) when the VM sides are full, or in a lazy pool (which has
-   * no spares); for long turns the spare does, after SPARE_AFTER_MS (see watchSpare). A turn's time is wall time:
-   * on a machine with more busy threads than cores, a thread waiting for a core looks like one that computes, and
-   * growing at once for that made the pool larger under load, which loaded it more.
+   * the pool grows (one VM side at a time, up to its largest) and the work waits in the pool until one is free,
+   * rather than behind a long turn or a boot it may not need.
    */
   private pick(except: HostPeer | undefined): HostPeer | undefined {
     let best: HostPeer | undefined;
     let bestScore = Number.POSITIVE_INFINITY;
     let booting = false;
-    let roomy = false;
     for (const peer of this.peers) {
       if (peer.dead) continue;
       if (!peer.booted) {
         booting = true;
         continue;
       }
-      if (peer.free > 0) roomy = true;
       if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS)) continue;
       const score = (this.longTurn(peer, BUSY_AFTER_MS) ? 1e6 : 0) + peer.runs.size;
       if (score < bestScore) {
@@ -373,8 +368,7 @@ export class PeerPool implements Launcher {
       }
     }
     if (best) return best;
-    const grow = !roomy || this.options.lazy === true;
-    if (grow && !booting && this.peerCount < this.options.maxSize) this.spawn();
+    if (!booting && this.peerCount < this.options.maxSize) this.spawn();
     return undefined;
   }
 
