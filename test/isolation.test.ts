@@ -209,6 +209,28 @@ describe.each(pooledLaunchers)("$name pool with a hostile execution among ordina
       await own.close();
     }
   });
+
+  it("answers a neighbour that reached the VM side in the same batch as a spinner, just ahead of it", async () => {
+    // One VM side with VMs made (the warm-up): both executions leave in one batch and start at once, the neighbour
+    // first; its call must reach the host while the spinner's turn computes, not after it.
+    const own = make({ tools: [add], timeoutMs: 60_000, poolSize: 1, maxPoolSize: 2 }) as Pooled;
+    try {
+      await own.warm();
+      const stop = new AbortController();
+      const neighbour = own.execute("return await tools.add({ a: 40, b: 2 });");
+      const spinner = own.execute("while (true) {}", { signal: stop.signal });
+      let spinnerEnded = false;
+      void spinner.then(() => {
+        spinnerEnded = true;
+      });
+      expect(await neighbour).toMatchObject({ ok: true, value: 42 });
+      expect(spinnerEnded).toBe(false);
+      stop.abort();
+      expect(await spinner).toMatchObject({ ok: false, error: { kind: "aborted" } });
+    } finally {
+      await own.close();
+    }
+  });
 });
 
 describe.each(launchers)("$name sandbox: what one execution holds is bounded", ({ name, make }) => {
@@ -425,6 +447,21 @@ describe.each([
       for (const outcome of await Promise.all(spinners)) expect(codeOf(outcome)).toBe("CANCELLED");
     },
   );
+
+  it("answers a program that reached the VM side in the same batch as a CPU-bound one, just ahead of it", async () => {
+    const stop = new AbortController();
+    const first = mode.execute(neighbour, 7, context());
+    const spinner = mode.execute(programOf("async () => { while (true) {} }", 20_000), null, context(stop.signal));
+    let spinnerEnded = false;
+    void spinner.then(() => {
+      spinnerEnded = true;
+    });
+    const outcome = await first;
+    expect(spinnerEnded).toBe(false);
+    expect(outcome.status === "succeeded" && outcome.output).toBe(7);
+    stop.abort();
+    expect(codeOf(await spinner)).toBe("CANCELLED");
+  });
 
   it("ends a program whose one built-in overruns cpuMillis with LIMIT_EXCEEDED, not at its wall time, and its neighbour succeeds", async () => {
     const parked = mode.execute(

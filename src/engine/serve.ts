@@ -94,19 +94,18 @@ export class VmServer {
         this.enqueue(event);
         if (event.type === "done") this.checkRetire();
       },
-      ...(sendNow
-        ? {
-            // From inside the turn, after what the turn produced so far: the host reads it while the turn goes on.
-            onLongTurn: (exec: number | null) => {
-              this.flush();
-              try {
-                sendNow({ type: "busy", exec });
-              } catch {
-                // Only a hint: a channel that cannot send it now must not break the turn.
-              }
-            },
-          }
-        : {}),
+      // From inside a turn that computes for long: what earlier turns of this batch produced (another run's call, say)
+      // goes out now rather than after this turn, so that the host can answer or move that run meanwhile; a channel
+      // that can also say `busy` at once does.
+      onLongTurn: (exec: number | null) => {
+        this.flush();
+        if (!sendNow) return;
+        try {
+          sendNow({ type: "busy", exec });
+        } catch {
+          // Only a hint: a channel that cannot send it now must not break the turn.
+        }
+      },
     });
     this.ready = this.runner.init().then(
       () => {
