@@ -70,10 +70,11 @@ describe("the prebuilt instrumented module", () => {
   it("is what the rewrite makes of the installed binary, and is used for exactly those bytes", async () => {
     const { instrumentWrites } = await import("../dist/engine/write-tracking.js");
     const { catchableOutOfMemory } = await import("../dist/engine/catchable-oom.js");
+    const { pollInterruptsOften } = await import("../dist/engine/interrupt-poll.js");
     const { prebuiltTrackedModule } = await import("../dist/engine/prebuilt-wasm.js");
     const prebuilt = prebuiltTrackedModule(installed);
     expect(prebuilt).toBeDefined();
-    const rewritten = instrumentWrites(catchableOutOfMemory(installed));
+    const rewritten = instrumentWrites(pollInterruptsOften(catchableOutOfMemory(installed)));
     expect(Buffer.from(prebuilt as Uint8Array).equals(Buffer.from(rewritten))).toBe(true);
     const changed = Buffer.from(installed);
     changed.writeUInt8(changed.readUInt8(0x100) ^ 1, 0x100);
@@ -82,7 +83,7 @@ describe("the prebuilt instrumented module", () => {
 
   it("is not used when the rewriter changed since the build, or when the file does not match its digest", async () => {
     const copy = (dir: string) => {
-      const rewriters = ["write-tracking.js", "catchable-oom.js", "wasm-binary.js"];
+      const rewriters = ["write-tracking.js", "catchable-oom.js", "interrupt-poll.js", "wasm-binary.js"];
       const files = ["prebuilt-wasm.js", ...rewriters, "quickjs-tracked.wasm", "quickjs-tracked.json"];
       for (const file of [...files, "prebuilt-wasm.js.map", ...rewriters.map((name) => `${name}.map`)]) {
         copyFileSync(new URL(file, engine), join(dir, file));
@@ -97,6 +98,9 @@ describe("the prebuilt instrumented module", () => {
     const newerPatch = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerPatch, "catchable-oom.js"), "\n// changed\n");
     expect((await import(join(newerPatch, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    const newerPoll = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    appendFileSync(join(newerPoll, "interrupt-poll.js"), "\n// changed\n");
+    expect((await import(join(newerPoll, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const newerBinary = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerBinary, "wasm-binary.js"), "\n// changed\n");
     expect((await import(join(newerBinary, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();

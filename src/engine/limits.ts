@@ -68,8 +68,8 @@ export function clipError(error: CodemodeError): CodemodeError {
 
 /**
  * Default interrupt budget where clocks stand still while a script computes (Workers): about 2 s of a tight loop on a
- * laptop and about 10 s on Cloudflare.
+ * laptop and about 10 s on Cloudflare (a poll every INTERRUPT_POLL_TICKS of QuickJS's ticks, interrupt-poll.ts).
  */
-export const DEFAULT_INTERRUPT_BUDGET = 100_000;
+export const DEFAULT_INTERRUPT_BUDGET = 1_000_000;
 /** The largest interrupt budget a sandbox accepts. */
 export const MAX_INTERRUPT_BUDGET = 1_000_000_000;
