@@ -288,97 +288,161 @@ describe("durable code workflows", () => {
   it("does not run a phase whose audit belongs to another scope", async () => {
     const store = createSqliteStore({ filename: ":memory:" });
     await store.initialize();
-    const { counts, tool } = counter();
-    const program = programOf(tool, WRITE_ONCE);
-    const audit = createDurableCodeAudit({ store, scope: { principalId: "mallory", projectId: "project" } });
-    const definition = defineDurableCodeWorkflow({
-      id: "scope.code",
-      version: "1",
-      input: value,
-      output: value,
-      codeMode: modeFor(tool),
-      audit,
-      phases: [{ id: "execute", program, input: { kind: "input", path: [] } }],
-      result: { kind: "step", stepId: "execute", path: [] },
+    const phase = await runPhase(store, store, "scope", {
+      auditScope: { principalId: "mallory", projectId: "project" },
     });
-    const phase = definition.nodes[0];
-    if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
-    const runtime = createScheduledWorkflowRuntime({
-      store,
-      scope,
-      workerId: "scope",
-      permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
-      policyVersion: "1",
-      maxCostMicros: 6,
-      verifyHuman,
-    });
-    const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: "scope" });
-    const waiting = await runtime.runUntilSettled(definition, run.id);
-    await runtime.approve({
-      id: run.id,
-      nodeId: "execute",
-      digest: waiting.steps.execute?.approval?.digest as string,
-      credential: "approved",
-    });
-    const result = await runtime.runUntilSettled(definition, run.id);
-    expect(result).toMatchObject({ status: "outcome_unknown", output: null });
-    expect(counts.writes).toBe(0);
-    expect(await audit.inspect(run.id, "execute")).toBeUndefined();
-    await runtime.close();
+    expect(phase.result).toMatchObject({ status: "outcome_unknown", output: null });
+    expect(phase.counts.writes).toBe(0);
+    expect(await phase.audit.inspect(phase.result.id, "execute")).toBeUndefined();
+    await phase.runtime.close();
     await store.close();
   });
 
   it("does not replay a write phase whose program failed after its write, and keeps the program's text out of the audit", async () => {
     const store = createSqliteStore({ filename: ":memory:" });
     await store.initialize();
-    const { counts, tool } = counter();
-    const program = programOf(
-      tool,
-      `async (input, tools) => { await tools.call("external.write", input); throw new Error("SECRET private crash"); }`,
-    );
-    const audit = createDurableCodeAudit({ store, scope });
-    const definition = defineDurableCodeWorkflow({
-      id: "uncertain.code",
-      version: "1",
-      input: value,
-      output: value,
-      codeMode: modeFor(tool),
-      audit,
-      phases: [{ id: "execute", program, input: { kind: "input", path: [] } }],
-      result: { kind: "step", stepId: "execute", path: [] },
+    const phase = await runPhase(store, store, "uncertain", {
+      source: `async (input, tools) => { await tools.call("external.write", input); throw new Error("SECRET private crash"); }`,
     });
-    const phase = definition.nodes[0];
-    if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
-    const runtime = createScheduledWorkflowRuntime({
-      store,
-      scope,
-      workerId: "uncertain",
-      permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
-      policyVersion: "1",
-      maxCostMicros: 6,
-      verifyHuman,
-    });
-    const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: "uncertain" });
-    const waiting = await runtime.runUntilSettled(definition, run.id);
-    await runtime.approve({
-      id: run.id,
-      nodeId: "execute",
-      digest: waiting.steps.execute?.approval?.digest as string,
-      credential: "approved",
-    });
-    const result = await runtime.runUntilSettled(definition, run.id);
+    const { result } = phase;
     expect(result).toMatchObject({ status: "outcome_unknown", output: null });
     expect(result.steps.execute?.receipt).toMatchObject({ execution: "unknown", disclosure: "withheld" });
-    const record = await audit.inspect(run.id, "execute");
+    const record = await phase.audit.inspect(result.id, "execute");
     expect(record).toMatchObject({
       outcome: "failed",
       usage: { toolCalls: 1, unknownCalls: 0, knownCostMicros: 3, unknownCostMicros: 0, maximumCostMicros: 6 },
       evidence: [{ receipt: { toolId: "external.write", execution: "succeeded" } }],
     });
     expect(JSON.stringify(record)).not.toContain("SECRET");
-    await runtime.runUntilSettled(definition, run.id);
-    expect(counts.writes).toBe(1);
-    await runtime.close();
+    await phase.runtime.runUntilSettled(phase.definition, result.id);
+    expect(phase.counts.writes).toBe(1);
+    await phase.runtime.close();
     await store.close();
+  });
+});
+
+/**
+ * Runs a program (WRITE_ONCE unless `source`) as an approved phase of a run (key `key`) on `store`, its audit on
+ * `auditStore` for `auditScope` (the run's scope unless given). The runtime is left open for the caller to close.
+ */
+async function runPhase(
+  store: ReturnType<typeof createSqliteStore>,
+  auditStore: ReturnType<typeof createSqliteStore>,
+  key: string,
+  options: { source?: string; auditScope?: { principalId: string; projectId: string } } = {},
+) {
+  const { counts, tool } = counter();
+  const audit = createDurableCodeAudit({ store: auditStore, scope: options.auditScope ?? scope });
+  const definition = defineDurableCodeWorkflow({
+    id: "audited.code",
+    version: "1",
+    input: value,
+    output: value,
+    codeMode: modeFor(tool),
+    audit,
+    phases: [
+      { id: "execute", program: programOf(tool, options.source ?? WRITE_ONCE), input: { kind: "input", path: [] } },
+    ],
+    result: { kind: "step", stepId: "execute", path: [] },
+  });
+  const phase = definition.nodes[0];
+  if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
+  const runtime = createScheduledWorkflowRuntime({
+    store,
+    scope,
+    workerId: "audited",
+    permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
+    policyVersion: "1",
+    maxCostMicros: 6,
+    verifyHuman,
+  });
+  const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: key });
+  const waiting = await runtime.runUntilSettled(definition, run.id);
+  await runtime.approve({
+    id: run.id,
+    nodeId: "execute",
+    digest: waiting.steps.execute?.approval?.digest as string,
+    credential: "approved",
+  });
+  const result = await runtime.runUntilSettled(definition, run.id);
+  return { result, audit, counts, runtime, definition };
+}
+
+describe("audit records", () => {
+  it("refuses a stored record past 64 evidence items or 64 KiB as STORAGE_UNAVAILABLE, and takes one at the limits", async () => {
+    const store = createSqliteStore({ filename: ":memory:" });
+    await store.initialize();
+    try {
+      const { result, audit, runtime } = await runPhase(store, store, "limits");
+      await runtime.close();
+      expect(result.status).toBe("succeeded");
+      const [stored] = await store.list({ kind: "code-audit", limit: 10 });
+      if (stored === undefined) throw new Error("the phase left no audit record");
+      const original = structuredClone(stored.state) as {
+        executionId: string;
+        evidence: { runId: string; receipt: { callId: string; toolId: string } }[];
+        usage: { toolCalls: number };
+      };
+      const rewrite = async (edit: (state: typeof original) => void) => {
+        const state = structuredClone(original);
+        edit(state);
+        await store.mutate(stored.scope, stored.id, () => ({ state: state as never, events: [] }));
+        return state;
+      };
+      const items = (n: number) => (state: typeof original) => {
+        const first = state.evidence[0] as (typeof original.evidence)[number];
+        state.evidence = Array.from({ length: n }, (_, i) => ({
+          runId: first.runId,
+          receipt: { ...first.receipt, callId: `${state.executionId}:code:${i + 1}` },
+        }));
+        state.usage.toolCalls = n;
+      };
+      await rewrite(items(64));
+      expect((await audit.inspect(result.id, "execute"))?.evidence).toHaveLength(64);
+      await rewrite(items(65));
+      await expect(audit.inspect(result.id, "execute")).rejects.toMatchObject({ code: "STORAGE_UNAVAILABLE" });
+      // 64 KiB of JSON exactly is taken; one byte more is refused.
+      const padded = (extra: number) => (state: typeof original) => {
+        items(64)(state);
+        const size = Buffer.byteLength(JSON.stringify(state));
+        const receipt = (state.evidence[0] as (typeof original.evidence)[number]).receipt;
+        receipt.toolId += "x".repeat(64 * 1024 - size + extra);
+      };
+      const atLimit = await rewrite(padded(0));
+      expect(Buffer.byteLength(JSON.stringify(atLimit))).toBe(64 * 1024);
+      expect(await audit.inspect(result.id, "execute")).toMatchObject({ format: 2, outcome: "succeeded" });
+      const past = await rewrite(padded(1));
+      expect(Buffer.byteLength(JSON.stringify(past))).toBe(64 * 1024 + 1);
+      await expect(audit.inspect(result.id, "execute")).rejects.toMatchObject({ code: "STORAGE_UNAVAILABLE" });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("never overwrites a phase's record: a phase run again under a run that has one ends outcome_unknown, the first record kept", async () => {
+    // Two runtimes' stores, one audit store: the same scope and key give the same run id in both.
+    const first = createSqliteStore({ filename: ":memory:" });
+    const second = createSqliteStore({ filename: ":memory:" });
+    const audits = createSqliteStore({ filename: ":memory:" });
+    for (const store of [first, second, audits]) await store.initialize();
+    try {
+      const once = await runPhase(first, audits, "twice");
+      await once.runtime.close();
+      expect(once.result.status).toBe("succeeded");
+      const kept = await once.audit.inspect(once.result.id, "execute");
+      const again = await runPhase(second, audits, "twice");
+      await again.runtime.close();
+      expect(again.result.id).toBe(once.result.id);
+      // The program ran (its store knew nothing of the first run), but its record could not be written.
+      expect(again.counts.writes).toBe(1);
+      expect(again.result).toMatchObject({ status: "outcome_unknown", output: null });
+      expect(again.result.steps.execute?.receipt).toMatchObject({ execution: "unknown" });
+      expect(await again.audit.inspect(once.result.id, "execute")).toEqual(kept);
+      const [record] = await audits.list({ kind: "code-audit", limit: 10 });
+      expect(record?.version).toBe(1);
+      expect(await audits.events(record?.scope as string, record?.id as string)).toHaveLength(1);
+    } finally {
+      for (const store of [first, second, audits]) await store.close();
+    }
   });
 });

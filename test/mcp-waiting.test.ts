@@ -4,7 +4,8 @@
  * it, with the credential in the environment) decides; `execute` with `resume` continues the run without sending any
  * earlier call again. Real parts only: `airlock serve --store` from its build over stdio (killed and started again on
  * the same store), the gateway's Streamable HTTP server in this process, the official SDK's `Client`, a real SQLite
- * store, and real upstream MCP servers that write down every call they get.
+ * store (and a PostgreSQL schema for one flow, skipped with a printed line without a server), and real upstream MCP
+ * servers that write down every call they get.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -17,6 +18,10 @@ import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { REPO_ROOT, recordedCalls, tempFolder } from "./fixtures/mcp/servers.ts";
 import { assertCliBuilt, runCli } from "./helpers/cli.ts";
+import { dropSchema, freshSchema } from "./helpers/postgres.ts";
+import { requirePostgres } from "./helpers/system-tools.ts";
+
+const postgresUrl = await requirePostgres();
 
 const CLI = join(REPO_ROOT, "dist", "cli", "main.js");
 const RECORDING = join(REPO_ROOT, "test", "fixtures", "mcp", "recording-server.mjs");
@@ -337,6 +342,38 @@ describe("a waiting run across gateway processes (stdio)", () => {
       expect(sent("mail")).toEqual([]);
       expect(sent("notes")).toEqual([]);
     }, []);
+  }, 60_000);
+});
+
+describe.skipIf(postgresUrl === undefined)("a waiting run on PostgreSQL (--store <url> --schema <name>)", () => {
+  const schema = freshSchema("airlock_gateway");
+  afterAll(() => dropSchema(postgresUrl as string, schema));
+
+  it("waits in one gateway, is approved with the line it showed, and resumes in another without sending a call again", async () => {
+    const flags = ["--store", postgresUrl as string, "--schema", schema, "--verifier", verifierPath];
+    const waiting = await withGateway(async (first) => {
+      const answer = await execute(first.client, CODE);
+      const waiting = expectWaitingLoose(answer);
+      expect(waiting).toMatchObject({ server: "mail", arguments: MAIL.arguments });
+      // The line names the same store: its URL and its schema.
+      expect(waiting.approve).toBe(
+        `${LINE_START}approve ${waiting.run} call:2 --digest ${waiting.digest} --store ${postgresUrl} --schema ${schema} --verifier ${verifierPath}`,
+      );
+      expect(sent("notes")).toEqual([INBOX]);
+      process.kill(first.transport.pid as number, "SIGKILL");
+      return waiting;
+    }, flags);
+    const listed = await runCli(["approvals", "list", "--store", postgresUrl as string, "--schema", schema, "--json"]);
+    expect(JSON.parse(listed.stdout)).toEqual([
+      expect.objectContaining({ kind: "program", run: waiting.run, node: "call:2", digest: waiting.digest }),
+    ]);
+    expect((await decide(waiting.approve)).code).toBe(0);
+    await withGateway(async (second) => {
+      const resumed = await execute(second.client, CODE, waiting.run);
+      expect(resumed.structuredContent.value).toEqual({ mail: MAIL, note: NOTE.arguments });
+    }, flags);
+    expect(sent("notes")).toEqual([INBOX, NOTE]);
+    expect(sent("mail")).toEqual([MAIL]);
   }, 60_000);
 });
 

@@ -46,7 +46,16 @@ async function openNamedStore(
   let store: WorkflowStore;
   let shown: string;
   if (/^postgres(ql)?:\/\//.test(target)) {
-    store = createPostgresStore({ connectionString: target, ...(values.schema ? { schema: values.schema } : {}) });
+    try {
+      store = createPostgresStore({
+        connectionString: target,
+        ...(values.schema === undefined ? {} : { schema: values.schema }),
+      });
+    } catch (error) {
+      // The URL is checked above; what is left to refuse is the schema name.
+      if (error instanceof AirlockError && error.code === "INVALID_CONFIG") throw new UsageError(`--${error.message}`);
+      throw error;
+    }
     shown = withoutPassword(target);
   } else {
     if (values.schema !== undefined) throw new UsageError("--schema is for PostgreSQL stores only");
@@ -94,17 +103,19 @@ async function withStore(
   io: CliIo,
   body: (store: WorkflowStore) => Promise<number>,
 ): Promise<number> {
-  const store = await openStore(values, io);
+  let store: WorkflowStore | undefined;
   try {
+    store = await openStore(values, io);
     return await body(store);
   } catch (error) {
+    // A store that cannot be reached is a failure to report, as a refused decision is, not a crash.
     if (error instanceof AirlockError) {
       io.stderr(`airlock: ${error.code}: ${error.message}\n`);
       return EXIT_FAILED;
     }
     throw error;
   } finally {
-    await store.close();
+    await store?.close();
   }
 }
 

@@ -37,8 +37,18 @@ export const DEFAULT_APPROVAL_TTL_MS = 60 * 60 * 1000;
 export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024;
 /** Largest `maxOutputBytes`: every step output of a run lives in its one record. */
 export const MAX_WORKFLOW_OUTPUT_BYTES = 64 * 1024;
-/** Time a `verifyHuman` or `verifyExecution` callback has to answer. */
+/** Time a `verifyExecution` callback has by default, and at most (`reconciliationTimeoutMs`). */
 export const VERIFY_TIMEOUT_MS = 30_000;
+/**
+ * Store calls one worker may have waiting for an answer, those it gave up on after `storageTimeoutMs` included, by
+ * default; the default grows to `maxConcurrentRuns + 2 * maxConcurrentJobs` (each driven run waits for one call,
+ * each running step for one more and its lease's renewal) when that is more.
+ */
+export const DEFAULT_MAX_PENDING_STORAGE_OPERATIONS = 64;
+/** Largest `maxPendingStorageOperations`. */
+export const MAX_PENDING_STORAGE_OPERATIONS = 1_024;
+/** What `runtime.profile` says: Mayura's name for this runtime's contract. */
+export const SCHEDULED_PROFILE = "scheduled-v1";
 /** Characters of an idempotency key. */
 export const MAX_IDEMPOTENCY_KEY_CHARS = 128;
 
@@ -100,6 +110,14 @@ export interface ScheduledWorkflowRuntimeOptions {
   maxConcurrentRuns?: number;
   /** Time one store call may take before it fails with STORAGE_UNAVAILABLE; default 10 s (1-30,000 ms). */
   storageTimeoutMs?: number;
+  /**
+   * Store calls this worker may have unanswered at once, those given up on after `storageTimeoutMs` until they
+   * answer; past it a call fails at once with STORAGE_UNAVAILABLE. Default `DEFAULT_MAX_PENDING_STORAGE_OPERATIONS`
+   * (or `maxConcurrentRuns + 2 * maxConcurrentJobs` when that is more), at least that sum, at most 1,024.
+   */
+  maxPendingStorageOperations?: number;
+  /** Time `verifyExecution` has to answer in `reconcile`; default and most `VERIFY_TIMEOUT_MS` (1-30,000 ms). */
+  reconciliationTimeoutMs?: number;
   /** Default `DEFAULT_APPROVAL_TTL_MS`. */
   approvalTtlMs?: number;
   /** Bytes of the run's input, each step's input and output, and the result; default and most 64 KiB. */
@@ -119,6 +137,8 @@ const OPTION_KEYS = optionKeys<ScheduledWorkflowRuntimeOptions>({
   maxConcurrentJobs: true,
   maxConcurrentRuns: true,
   storageTimeoutMs: true,
+  maxPendingStorageOperations: true,
+  reconciliationTimeoutMs: true,
   approvalTtlMs: true,
   maxOutputBytes: true,
 });
@@ -129,12 +149,24 @@ export interface WorkflowDrainReport {
   readonly pendingJobs: number;
 }
 
+/** A run's identity, as Mayura's `reference` gives it: data to keep or compare, not a capability. */
+export interface ExecutionRef {
+  readonly kind: "scheduled-workflow";
+  readonly runId: string;
+  readonly definitionHash: string;
+  readonly policyHash: string;
+}
+
 export interface ScheduledWorkflowRuntime {
+  /** `"scheduled-v1"`: the contract of this runtime, as Mayura names it. */
+  readonly profile: typeof SCHEDULED_PROFILE;
   submit<I extends z.ZodType, O extends z.ZodType>(
     definition: AnyWorkflow & { input: I; output: O },
     command: { readonly input: z.input<I>; readonly idempotencyKey: string },
   ): Promise<WorkflowSnapshot>;
   inspect(id: string): Promise<WorkflowSnapshot>;
+  /** The run's identity: its id, the digest of its definition and the digest of the policy it is bound to. */
+  reference(id: string): Promise<ExecutionRef>;
   events(id: string, after?: number): Promise<StoredEvent[]>;
   /** Drives the run until nothing more can happen now: it settled, or it waits for a person or another worker. */
   runUntilSettled(definition: AnyWorkflow, id: string): Promise<WorkflowSnapshot>;
@@ -234,7 +266,8 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
   ) {
     throw configError("policyVersion must be a string of 1-256 characters");
   }
-  const maxCostMicros = integer(options.maxCostMicros, -1, "maxCostMicros", 0, Number.MAX_SAFE_INTEGER);
+  if (options.maxCostMicros === undefined) throw configError("maxCostMicros is required: the budget of one run");
+  const maxCostMicros = integer(options.maxCostMicros, 0, "maxCostMicros", 0, Number.MAX_SAFE_INTEGER);
   const leaseMs = integer(options.leaseMs, DEFAULT_LEASE_MS, "leaseMs", 1_000, 300_000);
   const maxConcurrentJobs = integer(options.maxConcurrentJobs, DEFAULT_MAX_CONCURRENT_JOBS, "maxConcurrentJobs", 1, 32);
   const maxConcurrentRuns = integer(
@@ -245,6 +278,22 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     128,
   );
   const storageTimeoutMs = integer(options.storageTimeoutMs, DEFAULT_STORAGE_TIMEOUT_MS, "storageTimeoutMs", 1, 30_000);
+  // The worker's own calls must fit: one per driven run, and two per running step (its commands and its renewal).
+  const ownCalls = maxConcurrentRuns + 2 * maxConcurrentJobs;
+  const maxPendingStorageOperations = integer(
+    options.maxPendingStorageOperations,
+    Math.max(DEFAULT_MAX_PENDING_STORAGE_OPERATIONS, ownCalls),
+    "maxPendingStorageOperations",
+    ownCalls,
+    MAX_PENDING_STORAGE_OPERATIONS,
+  );
+  const reconciliationTimeoutMs = integer(
+    options.reconciliationTimeoutMs,
+    VERIFY_TIMEOUT_MS,
+    "reconciliationTimeoutMs",
+    1,
+    VERIFY_TIMEOUT_MS,
+  );
   const approvalTtlMs = integer(options.approvalTtlMs, DEFAULT_APPROVAL_TTL_MS, "approvalTtlMs", 1, 30 * 24 * 3600_000);
   const maxOutputBytes = integer(
     options.maxOutputBytes,
@@ -284,8 +333,21 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     if (closed || draining) throw new AirlockError("CANCELLED", "this workflow worker is closed");
   };
 
-  /** A store call bounded by `storageTimeoutMs`; a timeout never means the change did not happen. */
+  let pendingStorage = 0;
+  /**
+   * A store call bounded by `storageTimeoutMs`; a timeout never means the change did not happen. A call given up on
+   * keeps its place among `maxPendingStorageOperations` until it answers.
+   */
   const storage = <T>(operation: () => Promise<T>): Promise<T> => {
+    if (pendingStorage >= maxPendingStorageOperations) {
+      return Promise.reject(
+        new AirlockError(
+          "STORAGE_UNAVAILABLE",
+          `this worker has ${maxPendingStorageOperations} store calls unanswered (maxPendingStorageOperations)`,
+        ),
+      );
+    }
+    pendingStorage++;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
@@ -299,6 +361,10 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     } catch (error) {
       pending = Promise.reject(error);
     }
+    const answered = () => {
+      pendingStorage--;
+    };
+    pending.then(answered, answered);
     return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
   };
 
@@ -575,6 +641,8 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
   const verify = (credential: unknown) => verifyApprover(verifyHuman, credential, projectId);
 
   const runtime: ScheduledWorkflowRuntime = {
+    profile: SCHEDULED_PROFILE,
+
     async submit(definition, command) {
       open();
       checkDefinition(definition);
@@ -605,6 +673,17 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
     async inspect(id) {
       open();
       return snapshot(await load(id));
+    },
+
+    async reference(id) {
+      open();
+      const record = await load(id);
+      return Object.freeze({
+        kind: "scheduled-workflow" as const,
+        runId: record.id,
+        definitionHash: record.definitionHash,
+        policyHash: policy,
+      });
     },
 
     async events(id, after = 0) {
@@ -697,7 +776,7 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
       });
       let verdict: VerifiedExternalEffect;
       try {
-        const value = await bounded(() => verifyExecution(request, credential), VERIFY_TIMEOUT_MS);
+        const value = await bounded(() => verifyExecution(request, credential), reconciliationTimeoutMs);
         const { authorityId, attestationId, execution, knownCostMicros } = value;
         if (
           typeof authorityId !== "string" ||

@@ -1,4 +1,5 @@
 import { defineTool, z } from "airlock-codemode";
+import type { CodeProgramLimits } from "airlock-codemode/code-mode";
 
 /**
  * The definition of a read tool `echo` that returns its `{ value }` input, at `costMicros` per call. A tool carries no
@@ -21,4 +22,20 @@ export function echoDefinition(costMicros: number) {
 /** The tool `echo` of `echoDefinition`. */
 export function echoTool(costMicros: number) {
   return defineTool(echoDefinition(costMicros));
+}
+
+/** A program's limits, roomy for a test: 500 ms of CPU, 10 s of wall time, 16 MiB, 1 KiB boundaries, 4 calls. */
+export function testLimits(overrides: Partial<CodeProgramLimits> = {}): CodeProgramLimits {
+  return {
+    cpuMillis: 500,
+    wallTimeMillis: 10_000,
+    memoryBytes: 16 * 1024 * 1024,
+    scratchBytes: 0,
+    maxInputBytes: 1_024,
+    maxOutputBytes: 1_024,
+    maxToolInputBytes: 1_024,
+    maxToolCalls: 4,
+    maxToolConcurrency: 1,
+    ...overrides,
+  };
 }

@@ -154,6 +154,9 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "parallel" });
       expect(run.id).toMatch(/^[a-f0-9]{64}$/);
       expect(run.status).toBe("running");
+      // Submitted, nothing admitted yet: every step is pending, nothing is reserved.
+      for (const step of ["first", "second", "joined"]) expect(run.steps[step]?.status).toBe("pending");
+      expect(run.budget).toEqual({ spentMicros: 0, reservedMicros: 0, maxCostMicros: 10 });
       const done = await engine.runUntilSettled(definition, run.id);
       expect(done.status).toBe("succeeded");
       expect(done.output).toEqual([{ value: 4 }, { value: 3 }]);
@@ -560,6 +563,17 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "cancel-late" });
       const driving = engine.runUntilSettled(definition, run.id);
       await began.promise;
+      // While its tool runs, the step is dispatching: started in the store, its cost reserved, no receipt yet.
+      const running = await runtime().inspect(run.id);
+      expect(running.status).toBe("running");
+      expect(running.steps.write).toMatchObject({
+        status: "dispatching",
+        receipt: null,
+        output: null,
+        costReserved: 3,
+      });
+      expect(running.budget).toEqual({ spentMicros: 0, reservedMicros: 3, maxCostMicros: 10 });
+      expect((await engine.events(run.id)).map((event) => event.type)).toContain("job.started");
       const cancelled = await engine.cancel(run.id);
       expect(cancelled).toMatchObject({ status: "cancelled", budget: { spentMicros: 0, reservedMicros: 3 } });
       expect(cancelled.steps.write?.status).toBe("unknown");
