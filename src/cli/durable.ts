@@ -5,13 +5,9 @@
 import { existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import {
-  type ApprovingHuman,
-  createCallApprovals,
-  JOURNAL_KIND,
-  MAX_CALL_APPROVAL_TTL_MS,
-  verifyApprover,
-} from "../code-mode/approvals.ts";
+import { type ApprovingHuman, verifyApprover } from "../code-mode/approval-decisions.ts";
+import { createCallApprovals, MAX_CALL_APPROVAL_TTL_MS } from "../code-mode/approvals.ts";
+import { JOURNAL_KIND } from "../code-mode/call-journal.ts";
 import type { Scope } from "../tools/define.ts";
 import { AirlockError } from "../tools/errors.ts";
 import { isStepId } from "../workflows/definition.ts";

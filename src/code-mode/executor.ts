@@ -31,14 +31,10 @@ import {
   type SandboxResult,
   type SandboxToolsBridge,
 } from "./adapter.ts";
-import {
-  type ApprovalDecision,
-  type AttemptOutcome,
-  type CallApproval,
-  type CodeApprovalsOptions,
-  createCallApprovals,
-  type WaitingOutcome,
-} from "./approvals.ts";
+import type { ApprovalDecision } from "./approval-decisions.ts";
+import { type CodeApprovalsOptions, createCallApprovals } from "./approvals.ts";
+import type { AttemptOutcome, WaitingOutcome } from "./call-attempt.ts";
+import type { CallApproval } from "./call-journal.ts";
 import { CALL_ID_INFIX, type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";
 import { brandCodeMode, type ExecutionEvidence } from "./evidence.ts";
 import { EXECUTION_ID_MEMORY, ExecutionIds } from "./execution-ids.ts";

@@ -16,16 +16,9 @@ export {
   type SequencedCallResult,
   type ToolCallResult,
 } from "./adapter.ts";
-export {
-  APPROVAL_VERIFY_TIMEOUT_MS,
-  type ApprovalDecision,
-  type ApprovalJournalStore,
-  type ApprovingHuman,
-  type CallApproval,
-  type CodeApprovalsOptions,
-  DEFAULT_CALL_APPROVAL_TTL_MS,
-  MAX_CALL_APPROVAL_TTL_MS,
-} from "./approvals.ts";
+export { APPROVAL_VERIFY_TIMEOUT_MS, type ApprovalDecision, type ApprovingHuman } from "./approval-decisions.ts";
+export { type CodeApprovalsOptions, DEFAULT_CALL_APPROVAL_TTL_MS, MAX_CALL_APPROVAL_TTL_MS } from "./approvals.ts";
+export type { ApprovalJournalStore, CallApproval } from "./call-journal.ts";
 export {
   CALL_SETTLE_GRACE_MS,
   type CodeModeInvokeTool,

@@ -1,7 +1,7 @@
 /**
  * Runs that wait for a person: what `execute` does with a call that needs approval when its client cannot be asked
  * (no MCP elicitation) and the gateway has a durable store (`airlock serve --store`). Such a run goes through code
- * mode's single-call approvals (code-mode/approvals.ts), with the sandbox's deterministic script runs (`start()`) as
+ * mode's single-call approvals (code-mode/approvals.ts and its parts), with the sandbox's deterministic script runs (`start()`) as
  * its adapter: every call is journaled in the store before it is sent and marked with its result after, and at a call
  * that needs approval the run stops and `execute` answers that it waits, with its id and the `airlock approve` and
  * `airlock reject` lines. Called again with the same code and `resume: <id>`, the script runs again from the start and
@@ -11,17 +11,15 @@
  */
 import { randomUUID } from "node:crypto";
 import { makeSandboxAdapter, type SandboxExecuteRequest, type ToolCallResult } from "../code-mode/adapter.ts";
+import { type CallApprovals, createCallApprovals } from "../code-mode/approvals.ts";
+import type { AttemptOutcome, WaitingOutcome } from "../code-mode/call-attempt.ts";
 import {
   type ApprovalJournalStore,
-  type AttemptOutcome,
-  type CallApprovals,
   type CallJournalView,
-  createCallApprovals,
   type JournaledProgram,
   type JournaledTool,
   readCallJournal,
-  type WaitingOutcome,
-} from "../code-mode/approvals.ts";
+} from "../code-mode/call-journal.ts";
 import { MAX_BOUNDARY_BYTES } from "../code-mode/program.ts";
 import { domainDigest, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";

@@ -5,7 +5,7 @@
  * committed store command before the tool is dispatched; nothing is replayed after a crash.
  */
 import type { z } from "zod";
-import { verifyApprover } from "../code-mode/approvals.ts";
+import { verifyApprover } from "../code-mode/approval-decisions.ts";
 import { domainDigest, type JsonValue, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { Budget } from "../tools/budget.ts";

@@ -1,0 +1,353 @@
+/**
+ * One attempt of an execution with single-call approvals: the program runs deterministically on the adapter, wrapped
+ * so that every call it makes goes through the journal. A call the journal holds is checked against it (tool and
+ * arguments at that number) and answered from it; a new call is journaled as dispatching before it is sent and as
+ * settled (with its result number and clock) before the program sees its result; a call that needs a person is
+ * journaled as awaiting, and the attempt ends there, waiting. A call that differs from the journal ends the attempt
+ * with INTEGRITY_VIOLATION before anything acts; one journaled as dispatching and never marked (the process died in
+ * between) is OUTCOME_UNKNOWN for a write or host tool, never sent again.
+ */
+import { domainDigest, type JsonValue } from "../json/index.ts";
+import { changesNothing, type Scope } from "../tools/define.ts";
+import { AirlockError, type ErrorCode, statusOf } from "../tools/errors.ts";
+import { parseWithSchema } from "../tools/validate.ts";
+import {
+  makeSandboxAdapter,
+  type SandboxAdapter,
+  type SandboxExecuteRequest,
+  type SandboxResult,
+  type SequencedCallResult,
+  type ToolCallResult,
+} from "./adapter.ts";
+import {
+  type ApprovalJournalStore,
+  approvalOf,
+  argsOf,
+  type CallApproval,
+  foldEntries,
+  type JournaledProgram,
+  type JournaledTool,
+  type JournalState,
+  type JournalStatus,
+  journalId,
+  type Pending,
+  readEvents,
+  scopeHash,
+} from "./call-journal.ts";
+import type { ExecutionEvidence } from "./evidence.ts";
+import { append, setState } from "./journal-owner.ts";
+
+export type AttemptOutcome =
+  | { status: "succeeded"; output: unknown; usage: object; evidence: readonly ExecutionEvidence[] }
+  | {
+      status: "failed" | "blocked" | "cancelled" | "outcome_unknown";
+      error: { code: ErrorCode; message: string };
+      usage: object;
+      evidence: readonly ExecutionEvidence[];
+      programError?: unknown;
+    };
+
+/** Runs one attempt of the execution on the given adapter, under the given execution id (the executor's own path). */
+export type RunAttempt = (adapter: SandboxAdapter, attemptExecutionId: string) => Promise<AttemptOutcome>;
+
+export interface WaitingOutcome {
+  readonly status: "waiting";
+  readonly approval: CallApproval;
+  readonly usage: object;
+  readonly evidence: readonly ExecutionEvidence[];
+}
+
+/** Why an attempt stopped before the program ended. */
+type Halt = { kind: "paused"; pending: Pending } | { kind: "diverged" } | { kind: "lost"; error: unknown };
+
+const never = <T>() => new Promise<T>(() => {});
+
+function blockedResult(message: string): ToolCallResult {
+  return Object.freeze({
+    status: "blocked" as const,
+    error: Object.freeze({ code: "GUARD_BLOCKED" as const, message }),
+  });
+}
+
+/** Whether a call of `tool` with `input` must wait for a person. */
+async function needsApproval(tool: JournaledTool, input: unknown): Promise<boolean> {
+  const approval = tool.approval;
+  if (approval === "never") return false;
+  if (approval === "always" || tool.input === undefined) return true;
+  const parsed = await parseWithSchema(tool.input, input);
+  // Input the tool would refuse needs nobody's approval: the broker refuses it.
+  if (!parsed.ok) return false;
+  try {
+    return approval(parsed.value) !== false;
+  } catch {
+    return true;
+  }
+}
+
+/** What an attempt needs besides the program and its journal: the store and how long a request lives. */
+export interface AttemptContext {
+  readonly store: ApprovalJournalStore;
+  readonly ttlMs: number;
+}
+
+/** One attempt: replays the journal, runs on, and ends at the end of the program or at a call that needs approval. */
+export async function runAttempt(
+  { store, ttlMs }: AttemptContext,
+  program: JournaledProgram,
+  scope: Scope,
+  state: JournalState,
+  owner: string,
+  attempt: RunAttempt,
+  adapter: SandboxAdapter,
+): Promise<AttemptOutcome | WaitingOutcome> {
+  const sh = scopeHash(scope);
+  const id = journalId(state.executionId);
+  const journal = foldEntries(await readEvents(store, sh, id));
+  const toolsById = new Map(program.tools.map((tool) => [tool.id, tool]));
+  const maxArgs = program.limits.maxToolInputBytes;
+  let nextSeq = 1;
+  let lastNow = state.startedAt;
+  for (const entry of journal.values()) {
+    if (entry.state === "settled") {
+      nextSeq = Math.max(nextSeq, entry.seq + 1);
+      lastNow = Math.max(lastNow, entry.now);
+    }
+  }
+  // The journaled calls settled from the first on are answered ahead, with the run; each is still checked below.
+  const answered: SequencedCallResult[] = [];
+  for (let entry = journal.get(1); entry?.state === "settled" && entry.result !== null; ) {
+    answered.push(Object.freeze({ result: entry.result, seq: entry.seq, now: entry.now }));
+    entry = journal.get(answered.length + 1);
+  }
+  const pendingCall = state.pending;
+  // Set from the calls' callbacks; read after the attempt.
+  let halted = null as Halt | null;
+  let replayedUnknown = 0;
+  const consumed = new Set<number>();
+  const inFlight = new Set<Promise<void>>();
+  let fingerprint: string | null = state.fingerprint;
+
+  const wrapped = makeSandboxAdapter(
+    {
+      id: adapter.id,
+      version: adapter.version,
+      qualification: adapter.qualification,
+      deterministic: true,
+      isAvailable: () => adapter.isAvailable(),
+      execute: async (request: SandboxExecuteRequest): Promise<SandboxResult> => {
+        const stop = new AbortController();
+        const halt = (reason: Halt) => {
+          halted ??= reason;
+          stop.abort();
+        };
+        // Journal writes and dispatches under way: an attempt ends only once they are settled and recorded.
+        const track = <T>(work: Promise<T>): Promise<T> => {
+          const settled = work.then(
+            () => {},
+            () => {},
+          );
+          inFlight.add(settled);
+          settled.then(() => inFlight.delete(settled));
+          return work;
+        };
+        const settle = (n: number, result: ToolCallResult): Promise<SequencedCallResult> => {
+          const seq = nextSeq++;
+          const now = Math.max(Date.now(), lastNow);
+          lastNow = now;
+          const data = { n, seq, now, result: result as unknown as JsonValue };
+          return track(append(store, sh, id, owner, "call.settled", data).then(() => ({ result, seq, now })));
+        };
+        const dispatch = (n: number, toolId: string, input: unknown, argsDigest: string, journaled: boolean) =>
+          track(
+            (async () => {
+              if (!journaled) await append(store, sh, id, owner, "call.dispatching", { n, toolId, argsDigest });
+              const result = await request.tools.call(toolId, input);
+              return settle(n, result);
+            })(),
+          );
+        let calls = 0;
+        const call = (toolId: string, input: unknown): Promise<SequencedCallResult> => {
+          const n = ++calls;
+          if (halted !== null) return never();
+          return (async (): Promise<SequencedCallResult> => {
+            const args = argsOf(input, maxArgs);
+            const argsDigest = args.digest;
+            const entry = journal.get(n);
+            const tool = toolsById.get(toolId);
+            if (entry !== undefined) {
+              consumed.add(n);
+              if (entry.toolId !== toolId || entry.argsDigest !== argsDigest) {
+                halt({ kind: "diverged" });
+                return never();
+              }
+              if (entry.state === "settled" && entry.result !== null) {
+                return { result: entry.result, seq: entry.seq, now: entry.now };
+              }
+              if (entry.state === "awaiting") {
+                if (pendingCall === null || pendingCall.n !== n || pendingCall.decision === null) {
+                  halt({ kind: "diverged" });
+                  return never();
+                }
+                if (pendingCall.decision === "rejected") {
+                  return settle(n, blockedResult("a person rejected this call"));
+                }
+                // Journaled as dispatched again, so that a crash from here on leaves it unknown, never repeated.
+                return dispatch(n, toolId, input, argsDigest, false);
+              }
+              // Journaled as dispatched and never marked: the process died in between.
+              if (tool !== undefined && changesNothing(tool.effects))
+                return dispatch(n, toolId, input, argsDigest, true);
+              replayedUnknown++;
+              return settle(
+                n,
+                Object.freeze({
+                  status: "outcome_unknown" as const,
+                  error: Object.freeze({
+                    code: "OUTCOME_UNKNOWN" as const,
+                    message: "the outcome of the tool call is unknown",
+                  }),
+                }),
+              );
+            }
+            if (tool !== undefined && (await needsApproval(tool, input))) {
+              const inputDigest = argsDigest;
+              // The expiry, and so the digest that binds it, come from the store's clock (see `append`).
+              const awaiting = await track(
+                append(store, sh, id, owner, "call.awaiting", (now) => {
+                  const expiresAt = now + ttlMs;
+                  const digest = domainDigest("airlock:call-approval:v1", {
+                    scope: sh,
+                    runId: state.runId,
+                    executionId: state.executionId,
+                    programDigest: program.digest,
+                    n,
+                    tool: tool.id,
+                    version: tool.version,
+                    inputDigest,
+                    expiresAt,
+                  });
+                  return { n, toolId, argsDigest, digest, expiresAt };
+                }),
+              );
+              const { digest, expiresAt } = awaiting as { digest: string; expiresAt: number };
+              halt({
+                kind: "paused",
+                pending: {
+                  n,
+                  toolId,
+                  version: tool.version,
+                  inputDigest,
+                  digest,
+                  expiresAt,
+                  decision: null,
+                  humanId: null,
+                  // What the person approves, for whoever shows the request (`airlock runs show`, the gateway).
+                  ...(args.json === undefined ? {} : { input: args.json }),
+                },
+              });
+              return never();
+            }
+            return dispatch(n, toolId, input, argsDigest, false);
+          })().catch((error: unknown) => {
+            halt({ kind: "lost", error });
+            return never<SequencedCallResult>();
+          });
+        };
+        const result = await adapter.execute(
+          Object.freeze({
+            ...request,
+            signal: AbortSignal.any([request.signal, stop.signal]),
+            deterministic: Object.freeze({
+              startedAt: state.startedAt,
+              seed: state.seed,
+              answered: Object.freeze(answered),
+              call,
+              onFingerprint: (value: string) => {
+                if (fingerprint !== null && fingerprint !== value) halt({ kind: "diverged" });
+                fingerprint = value;
+              },
+            }),
+          }),
+        );
+        // Calls dispatched before a pause finish and are journaled: the person decides on a settled past.
+        while (inFlight.size > 0) await Promise.race(inFlight);
+        return result;
+      },
+    },
+    {},
+  );
+
+  const attemptId = state.attempts <= 1 ? state.executionId : `${state.executionId}/resume-${state.attempts - 1}`;
+  const outcome = await attempt(wrapped, attemptId);
+  const unfinished = [...journal.keys()].some((n) => !consumed.has(n));
+  const finish = async (status: JournalStatus, extra: Partial<JournalState> = {}) => {
+    await setState(store, sh, id, (journalState) => {
+      if (journalState.owner !== owner) return false;
+      Object.assign(journalState, extra, { status, owner: null });
+      return true;
+    }).catch(() => {});
+  };
+  const integrity = (): AttemptOutcome => {
+    const code = "INTEGRITY_VIOLATION";
+    return {
+      status: statusOf(code) as "failed",
+      error: { code, message: "the program did not replay its journal: another call at a journaled number" },
+      usage: outcome.usage,
+      evidence: outcome.evidence,
+    };
+  };
+  if (halted?.kind === "lost") {
+    const code: ErrorCode =
+      (halted.error as { code?: unknown })?.code === "CONFLICT" ? "CONFLICT" : "STORAGE_UNAVAILABLE";
+    return {
+      status: "failed",
+      error: { code, message: "the call journal could not be written; the execution stopped before acting" },
+      usage: outcome.usage,
+      evidence: outcome.evidence,
+    };
+  }
+  if (halted?.kind === "diverged" || (halted === null && unfinished)) {
+    await finish("failed");
+    return integrity();
+  }
+  if (halted?.kind === "paused") {
+    const pending = halted.pending;
+    await finish("waiting", { pending, fingerprint });
+    return Object.freeze({
+      status: "waiting" as const,
+      approval: approvalOf(state.executionId, pending),
+      usage: outcome.usage,
+      evidence: outcome.evidence,
+    });
+  }
+  // The program cannot hide a call whose outcome is unknown, replayed or not.
+  const final: AttemptOutcome =
+    replayedUnknown > 0 && outcome.status === "succeeded"
+      ? {
+          status: "outcome_unknown",
+          error: {
+            code: "OUTCOME_UNKNOWN",
+            message: "the outcome of a tool call is unknown, so the effects of the execution are unknown",
+          },
+          usage: outcome.usage,
+          evidence: outcome.evidence,
+        }
+      : outcome;
+  await finish(final.status, { pending: null, fingerprint });
+  return final;
+}
+
+export function refusal(code: ErrorCode, message: string): AttemptOutcome {
+  return {
+    status: statusOf(code) as "failed",
+    error: { code, message },
+    usage: {},
+    evidence: [],
+  };
+}
+
+/** An error of the journal's store or owner as an attempt's outcome: its own code, else STORAGE_UNAVAILABLE. */
+export function fromError(error: unknown): AttemptOutcome {
+  if (error instanceof AirlockError) return refusal(error.code, error.message);
+  return refusal("STORAGE_UNAVAILABLE", "the call journal could not be read or written");
+}
