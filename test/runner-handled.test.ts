@@ -22,7 +22,7 @@ function request(exec: number, slot: number, code: string): RunRequest {
     }),
     store: {},
     memoryLimitBytes: 16 * 1024 * 1024,
-    deadline: Date.now() + 20_000,
+    timeLeftMs: 20_000,
     cpuLimitMs: null,
     maxCalls: 100,
     random: null,

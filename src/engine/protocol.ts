@@ -10,7 +10,7 @@ import { sha256Base64Url } from "./platform.ts";
 
 /** Name and version of the protocol; either side refuses a peer that announces another. */
 export const PROTOCOL_NAME = "airlock.quickjs";
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 export interface RunRequest {
   /** The host's id for this run on this VM side: a positive integer, increasing. */
@@ -22,8 +22,13 @@ export interface RunRequest {
   /** Initial store: key -> JSON text. */
   store: Record<string, string>;
   memoryLimitBytes: number;
-  /** Wall-clock deadline in ms since the epoch, or null for none. */
-  deadline: number | null;
+  /**
+   * Time the run may take, in ms from when the VM side receives the request (the host's deadline less what has passed
+   * of it), or null for none: relative, so that a VM side whose clock differs from the host's (another machine)
+   * keeps the same deadline. The host's own timer is the one that ends an execution; this one stops a VM the host
+   * cannot reach in time.
+   */
+  timeLeftMs: number | null;
   /** Time the guest may compute, tool waits excluded, or null for none. */
   cpuLimitMs: number | null;
   /**
@@ -54,8 +59,13 @@ export interface RunRequest {
   program: { input: string } | null;
 }
 
-/** A run request before a launcher placed it on a VM side (ids, seed and journal are the launcher's). */
-export type UnplacedRequest = Omit<RunRequest, "exec" | "slot" | "random" | "journal" | "replayClock">;
+/**
+ * A run request before a launcher placed it on a VM side (ids, seed and journal are the launcher's); its deadline is
+ * absolute, in ms since the epoch on the host's clock, and becomes the request's `timeLeftMs` as it is sent.
+ */
+export type UnplacedRequest = Omit<RunRequest, "exec" | "slot" | "random" | "journal" | "replayClock" | "timeLeftMs"> & {
+  deadline: number | null;
+};
 
 /** How a launcher seeds a request and whether it journals it (see RunRequest's fields of these names). */
 export interface Seeding {
@@ -85,7 +95,7 @@ export function placedRequest(request: UnplacedRequest, placement: Placement): R
     configuration: request.configuration,
     store: request.store,
     memoryLimitBytes: request.memoryLimitBytes,
-    deadline: request.deadline,
+    timeLeftMs: request.deadline === null ? null : Math.max(0, request.deadline - Date.now()),
     cpuLimitMs: request.cpuLimitMs,
     interruptBudget: request.interruptBudget,
     maxCalls: request.maxCalls,
@@ -428,7 +438,7 @@ const REQUEST_KEYS = [
   "configuration",
   "store",
   "memoryLimitBytes",
-  "deadline",
+  "timeLeftMs",
   "cpuLimitMs",
   "interruptBudget",
   "maxCalls",
@@ -452,7 +462,7 @@ function checkRequest(r: Record<string, unknown>): void {
   const store = object(r.store, "run.request.store");
   if (!Object.values(store).every(isStr)) throw wrong("store");
   if (!isInt(r.memoryLimitBytes) || r.memoryLimitBytes === 0) throw wrong("memoryLimitBytes");
-  if (r.deadline !== null && !isFiniteNumber(r.deadline)) throw wrong("deadline");
+  if (r.timeLeftMs !== null && (!isFiniteNumber(r.timeLeftMs) || r.timeLeftMs < 0)) throw wrong("timeLeftMs");
   if (r.cpuLimitMs !== null && (!isFiniteNumber(r.cpuLimitMs) || r.cpuLimitMs < 0)) throw wrong("cpuLimitMs");
   if (r.interruptBudget !== null && (!isInt(r.interruptBudget) || r.interruptBudget === 0)) {
     throw wrong("interruptBudget");

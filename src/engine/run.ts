@@ -64,6 +64,8 @@ export class VmRun {
     readonly vm: GuestVm,
     /** The image the VM started from; it is reset to it afterwards. */
     public image: VmImage,
+    /** Its deadline on this VM side's clock (ms since the epoch), or null. */
+    private readonly deadline: number | null,
     private readonly emitEvent: (event: VmEvent) => void,
     /** Bytes (by rpcBytes) one message to the host may take, for a channel that carries no more (see RunnerOptions). */
     private readonly maxMessageBytes?: number,
@@ -239,7 +241,7 @@ export class VmRun {
       this.stopReason = "budget";
       return true;
     }
-    const deadline = this.request.deadline;
+    const deadline = this.deadline;
     // Whole milliseconds on both sides: at `>=`, a run begun late in one millisecond stopped up to 1 ms before its
     // time was up. Past it, it stops at most 1 ms after.
     if (deadline !== null && Date.now() > deadline) {

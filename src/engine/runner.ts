@@ -164,6 +164,7 @@ export class VmRunner {
       configured,
       vm,
       image,
+      queued.deadline,
       (event) => this.options.emit(event),
       this.options.maxMessageBytes,
     );

@@ -23,6 +23,8 @@ const RENEW_AFTER_QUIET_RESETS = 64;
 /** A request with its configuration, parsed. */
 export interface Queued {
   request: RunRequest;
+  /** The run's deadline on this VM side's clock (ms since the epoch; see RunRequest.timeLeftMs), or null. */
+  deadline: number | null;
   configured: ConfigurationContent;
   /**
    * Commands for the run that came while it waited for a VM (a rebuilt run's answers are sent with its request): they
@@ -101,7 +103,8 @@ export class VmPool {
 
   /** Begins a request on an idle VM, or queues it (and adds a VM, up to `maxVms`). */
   start(request: RunRequest): void {
-    const queued: Queued = { request, configured: this.configurationOf(request), early: [] };
+    const deadline = request.timeLeftMs === null ? null : Date.now() + request.timeLeftMs;
+    const queued: Queued = { request, deadline, configured: this.configurationOf(request), early: [] };
     const image = this.imageFor(request.configuration.key);
     const vm = this.takeIdle(image);
     if (vm) {
