@@ -105,7 +105,7 @@ describe("the QuickJS protocol adapter", () => {
       expect.objectContaining({
         code: "INVALID_CONFIG",
         message:
-          'createQuickJsProtocolAdapter has no option "qualfication" (it takes id, version, qualification, launch, isAvailable)',
+          'createQuickJsProtocolAdapter has no option "qualfication" (it takes id, version, qualification, launch, maxPoolSize, isAvailable)',
       }),
     );
   });

@@ -293,7 +293,8 @@ describe("programs", () => {
     expect(() => createQuickJsSandboxAdapter({ poolsize: 1 } as never)).toThrowError(
       expect.objectContaining({
         code: "INVALID_CONFIG",
-        message: 'createQuickJsSandboxAdapter has no option "poolsize" (it takes poolSize, maxVmsPerWorker, wasmPath)',
+        message:
+          'createQuickJsSandboxAdapter has no option "poolsize" (it takes poolSize, maxPoolSize, maxVmsPerWorker, wasmPath)',
       }),
     );
     const misspelt = await mode.execute(program, {}, { ...run(), signa: AbortSignal.timeout(1) } as never);

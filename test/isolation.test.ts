@@ -10,11 +10,16 @@ import {
   type CodemodeSandboxBase,
   type CodemodeTool,
   DEFAULT_MAX_TOOL_CALLS,
+  defineTool,
   invokeTool,
   type PoolStats,
   z,
 } from "airlock-codemode";
-import { createQuickJsProtocolAdapter, createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
+import {
+  createQuickJsProtocolAdapter,
+  createQuickJsSandboxAdapter,
+  PROTOCOL_MAX_CONNECTIONS,
+} from "airlock-codemode/adapter-code-quickjs";
 import {
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
@@ -23,7 +28,7 @@ import {
 } from "airlock-codemode/code-mode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXTRA_IDLE_MS } from "../dist/host/pool.js";
-import { echoTool } from "./helpers/code-mode.ts";
+import { echoDefinition, echoTool } from "./helpers/code-mode.ts";
 import { launchers, pooledLaunchers } from "./helpers/sandboxes.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
 
@@ -375,6 +380,18 @@ describe.each(launchers.filter((launcher) => launcher.name !== "durable-object")
 
 /** Code mode's adapters that run programs on pooled VM sides: the worker adapter and the protocol adapter. */
 const echo = echoTool(0);
+/** A tool that answers after SLOW_TOOL_MS, counting its calls: a program that calls it is parked on it meanwhile. */
+const SLOW_TOOL_MS = 300;
+const slow = { calls: 0 };
+const slowTool = defineTool({
+  ...echoDefinition(0),
+  id: "slow",
+  execute: async ({ value }: { value?: unknown }) => {
+    slow.calls++;
+    await new Promise((resolve) => setTimeout(resolve, SLOW_TOOL_MS));
+    return { value };
+  },
+});
 const broker: CodeModeInvokeTool = (tool, input, context) =>
   invokeTool(tool, input, {
     ...context,
@@ -392,7 +409,7 @@ const programOf = (source: string, cpuMillis: number, wallTimeMillis = 30_000) =
     output: z.unknown(),
     inputSchemaId: "any.v1",
     outputSchemaId: "any.v1",
-    tools: [echo],
+    tools: [echo, slowTool],
     limits: {
       cpuMillis,
       wallTimeMillis,
@@ -413,14 +430,25 @@ const context = (signal?: AbortSignal) => ({
   signal: signal ?? AbortSignal.timeout(60_000),
 });
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
+const spinnerProgram = programOf("async () => { while (true) {} }", 20_000, 60_000);
+
+type MakeAdapter = (options?: { maxPoolSize?: number }) => ReturnType<typeof createQuickJsSandboxAdapter>;
 
 describe.each([
-  { name: "QuickJS worker adapter", make: () => createQuickJsSandboxAdapter({ poolSize: 1 }) },
+  {
+    name: "QuickJS worker adapter",
+    make: (options: { maxPoolSize?: number } = {}) => createQuickJsSandboxAdapter({ poolSize: 1, ...options }),
+  },
   {
     name: "QuickJS protocol adapter over a child process",
-    make: () => createQuickJsProtocolAdapter({ id: "child", version: "1", launch: () => launchVmSideChild() }),
+    make: (options: { maxPoolSize?: number } = {}) =>
+      createQuickJsProtocolAdapter({ id: "child", version: "1", launch: () => launchVmSideChild(), ...options }),
+    // Known gap (it.fails until it is closed): across a transport the host learns that a turn computes only from the
+    // VM side's `busy`, which it can send only at one of QuickJS's interrupt polls, every 10,000 ticks; a loop of
+    // lastIndexOf over 1 MiB reaches one about once a minute, so its cpuMillis is kept only at its wall time.
+    lateLoops: ["a loop of lastIndexOf over 1 MiB"],
   },
-])("code mode on the $name", ({ make }) => {
+])("code mode on the $name", ({ make, lateLoops = [] }: { make: MakeAdapter; lateLoops?: string[] }) => {
   const adapter = make();
   const mode = createCodeMode({ adapter, invokeTool: broker, allowTestAdapter: true });
   afterAll(() => adapter.close());
@@ -433,9 +461,7 @@ describe.each([
     "runs programs that call tools while %i CPU-bound program(s) compute, without queueing them",
     async (n) => {
       const stop = new AbortController();
-      const spinners = Array.from({ length: n }, () =>
-        mode.execute(programOf("async () => { while (true) {} }", 20_000), null, context(stop.signal)),
-      );
+      const spinners = Array.from({ length: n }, () => mode.execute(spinnerProgram, null, context(stop.signal)));
       let spinnersEnded = false;
       void Promise.all(spinners).then(() => {
         spinnersEnded = true;
@@ -451,7 +477,7 @@ describe.each([
   it("answers a program that reached the VM side in the same batch as a CPU-bound one, just ahead of it", async () => {
     const stop = new AbortController();
     const first = mode.execute(neighbour, 7, context());
-    const spinner = mode.execute(programOf("async () => { while (true) {} }", 20_000), null, context(stop.signal));
+    const spinner = mode.execute(spinnerProgram, null, context(stop.signal));
     let spinnerEnded = false;
     void spinner.then(() => {
       spinnerEnded = true;
@@ -463,22 +489,99 @@ describe.each([
     expect(codeOf(await spinner)).toBe("CANCELLED");
   });
 
-  it("ends a program whose one built-in overruns cpuMillis with LIMIT_EXCEEDED, not at its wall time, and its neighbour succeeds", async () => {
-    const parked = mode.execute(
-      programOf(
-        `async (input, tools) => { const a = await tools.call("echo", { value: 20 }); return a.output.value + 22; }`,
+  for (const [what, culprit] of [
+    ["a loop of Array.fill", "async () => { const a = new Array(1e7); for (;;) a.fill(1); }"],
+    ["a loop of lastIndexOf over 1 MiB", 'async () => { const s = "a".repeat(1 << 20); for (;;) s.lastIndexOf("b"); }'],
+  ] as const) {
+    (lateLoops.includes(what) ? it.fails : it)(
+      `ends ${what}, which polls the interrupt rarely, with LIMIT_EXCEEDED long before its wall time; a neighbour parked on a slow tool on the same VM side succeeds, its tool called once`,
+      async () => {
+        // An adapter of its own, with one VM side: the parked program and the culprit land on the same one.
+        const own = make();
+        const ownMode = createCodeMode({ adapter: own, invokeTool: broker, allowTestAdapter: true });
+        try {
+          const callsBefore = slow.calls;
+          const parked = ownMode.execute(
+            programOf(
+              `async (input, tools) => { const a = await tools.call("slow", { value: 20 }); return a.output.value + 22; }`,
+              1_000,
+            ),
+            null,
+            context(),
+          );
+          await until(() => slow.calls === callsBefore + 1, "the parked program's call");
+          const wallTimeMs = 10_000;
+          const started = Date.now();
+          const ended = await ownMode.execute(programOf(culprit, 200, wallTimeMs), null, context());
+          const tookMs = Date.now() - started;
+          expect(codeOf(ended)).toBe("LIMIT_EXCEEDED");
+          // The host saw one turn compute past the whole 200 ms and stopped it, killing its VM side if need be: not
+          // at its wall time (a third of it is a wide margin for a loaded machine).
+          expect(tookMs).toBeLessThan(wallTimeMs / 3);
+          expect(await parked).toMatchObject({ status: "succeeded", output: 42 });
+          expect(slow.calls - callsBefore).toBe(1);
+          // The adapter goes on.
+          expect(await ownMode.execute(neighbour, 5, context())).toMatchObject({ status: "succeeded", output: 5 });
+        } finally {
+          await own.close();
+        }
+      },
+      30_000,
+    );
+  }
+
+  it("grows up to maxPoolSize: with as many CPU-bound programs as the protocol adapter's default largest pool, and one VM side more, programs that call tools still run", async () => {
+    const spinning = PROTOCOL_MAX_CONNECTIONS;
+    const own = make({ maxPoolSize: spinning + 1 });
+    const ownMode = createCodeMode({ adapter: own, invokeTool: broker, allowTestAdapter: true });
+    const stop = new AbortController();
+    try {
+      // VM sides boot one after another, each while the others' spinners take the cores: room for a slow machine.
+      const longSpinner = programOf("async () => { while (true) {} }", 120_000, 120_000);
+      const spinners = Array.from({ length: spinning }, () => ownMode.execute(longSpinner, null, context(stop.signal)));
+      let spinnersEnded = false;
+      void Promise.all(spinners).then(() => {
+        spinnersEnded = true;
+      });
+      const outcomes = await Promise.all([1, 2, 3].map((i) => ownMode.execute(neighbour, i, context())));
+      expect(spinnersEnded).toBe(false);
+      expect(outcomes.map((o) => o.status === "succeeded" && o.output)).toEqual([1, 2, 3]);
+      stop.abort();
+      for (const outcome of await Promise.all(spinners)) expect(codeOf(outcome)).toBe("CANCELLED");
+    } finally {
+      stop.abort();
+      await own.close();
+    }
+  }, 150_000);
+
+  it("refuses a maxPoolSize that is not an integer from 1 to 1024, naming it (INVALID_CONFIG)", () => {
+    for (const bad of [0, 1.5, 1025, "2"]) {
+      expect(() => make({ maxPoolSize: bad as number })).toThrowError(
+        expect.objectContaining({
+          code: "INVALID_CONFIG",
+          message: "maxPoolSize must be an integer from 1 to 1024",
+        }),
+      );
+    }
+  });
+});
+
+describe("code mode on the QuickJS worker adapter: its pool's size", () => {
+  it("refuses a maxPoolSize below poolSize, and maxPoolSize alone lowers the default poolSize", async () => {
+    expect(() => createQuickJsSandboxAdapter({ poolSize: 3, maxPoolSize: 2 })).toThrowError(
+      expect.objectContaining({ code: "INVALID_CONFIG", message: "maxPoolSize (2) must be at least poolSize (3)" }),
+    );
+    // maxPoolSize alone lowers the default poolSize (2 on a machine with 2 cores or more) rather than conflicting.
+    const one = createQuickJsSandboxAdapter({ maxPoolSize: 1 });
+    try {
+      const ownMode = createCodeMode({ adapter: one, invokeTool: broker, allowTestAdapter: true });
+      const neighbour = programOf(
+        `async (input, tools) => (await tools.call("echo", { value: input })).output.value`,
         1_000,
-      ),
-      null,
-      context(),
-    );
-    // Long before its 30 s wall time: the host saw one turn compute past the whole 200 ms.
-    const spinner = await mode.execute(
-      programOf("async () => { const a = new Array(1e7); for (;;) a.fill(1); }", 200),
-      null,
-      context(),
-    );
-    expect(codeOf(spinner)).toBe("LIMIT_EXCEEDED");
-    expect(await parked).toMatchObject({ status: "succeeded", output: 42 });
+      );
+      expect(await ownMode.execute(neighbour, 3, context())).toMatchObject({ status: "succeeded", output: 3 });
+    } finally {
+      await one.close();
+    }
   });
 });

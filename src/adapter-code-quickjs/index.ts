@@ -2,20 +2,22 @@
  * `airlock-codemode/adapter-code-quickjs`: code-mode adapters that run programs in QuickJS.
  *
  * - `createQuickJsSandboxAdapter()` runs them on a warm pool of worker threads of this process (qualified
- *   `production`): each program gets a fresh VM with a hard heap cap, a stack guard, a CPU limit that excludes time
- *   spent waiting on tools, and no globals beyond standard JavaScript and its `tools` argument. A worker that does not
- *   stop in time is terminated. It protects the host from the program's code; it does not protect against a flaw in
+ *   `production`), which grows up to `maxPoolSize` while programs compute: each program gets a fresh VM with a hard
+ *   heap cap, a stack guard, a CPU limit that excludes time spent waiting on tools, and no globals beyond standard
+ *   JavaScript and its `tools` argument. A worker that does not stop in time is terminated. It protects the host from the program's code; it does not protect against a flaw in
  *   QuickJS or V8 itself. For that, run the VM side in an outer sandbox of your own with the protocol adapter.
- * - `createQuickJsProtocolAdapter({ id, version, qualification, launch })` runs them on Airlock's VM side in a
- *   process or sandbox you launch, over the message protocol of PROTOCOL.md; `serveQuickJsProtocol` is that VM side.
+ * - `createQuickJsProtocolAdapter({ id, version, qualification, launch, maxPoolSize })` runs them on Airlock's VM side
+ *   in processes or sandboxes you launch (up to `maxPoolSize` at once), over the message protocol of PROTOCOL.md;
+ *   `serveQuickJsProtocol` is that VM side.
  */
 import { availableParallelism } from "node:os";
 import { makeSandboxAdapter, type SandboxExecuteRequest } from "../code-mode/adapter.ts";
 import { loadQuickJSWasm } from "../engine/wasm.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
-import { WorkerPool } from "../host/worker-pool.ts";
+import { defaultMaxPoolSize, WorkerPool } from "../host/worker-pool.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
+import { countOption, maxPoolSizeOption } from "./pool-options.ts";
 import type { ClosableSandboxAdapter } from "./protocol-adapter.ts";
 import { executeOnLauncher } from "./run.ts";
 
@@ -45,8 +47,13 @@ export const QUICKJS_ADAPTER_VERSION = "1";
 export const DEFAULT_QUICKJS_VMS_PER_WORKER = 8;
 
 export interface QuickJsSandboxAdapterOptions {
-  /** Worker threads; default the smaller of 2 and the machine's available parallelism. */
+  /** Worker threads kept; default the smallest of 2, the machine's available parallelism and `maxPoolSize`. */
   poolSize?: number;
+  /**
+   * Worker threads at most: the pool grows past `poolSize` when every worker computes (a program waits behind no
+   * CPU-bound program) and shrinks back when idle. Default `MAX_POOL_SIZE_PER_CORE` per core, at least `poolSize`.
+   */
+  maxPoolSize?: number;
   /** Default `DEFAULT_QUICKJS_VMS_PER_WORKER`. */
   maxVmsPerWorker?: number;
   /** Path of QuickJS's wasm; default the file of the installed `quickjs-wasi`. */
@@ -55,17 +62,10 @@ export interface QuickJsSandboxAdapterOptions {
 
 const SANDBOX_OPTION_KEYS = optionKeys<QuickJsSandboxAdapterOptions>({
   poolSize: true,
+  maxPoolSize: true,
   maxVmsPerWorker: true,
   wasmPath: true,
 });
-
-function positive(value: unknown, field: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > 1024) {
-    throw configError(`${field} must be an integer from 1 to 1024`);
-  }
-  return value;
-}
 
 /**
  * Runs programs on a worker pool of this process, created on first use and shared by every execution of this
@@ -76,14 +76,22 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
   // A misspelt option (`poolsize`, `maxVms`) must not leave its default in place unnoticed.
   const unknown = unknownOption(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS);
   if (unknown !== undefined) throw configError(unknown);
-  const size = positive(options.poolSize, "poolSize", Math.min(2, Math.max(1, availableParallelism())));
-  const maxVmsPerWorker = positive(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
+  const givenMax = countOption(options.maxPoolSize, "maxPoolSize", Number.POSITIVE_INFINITY);
+  const size = countOption(options.poolSize, "poolSize", Math.min(2, Math.max(1, availableParallelism()), givenMax));
+  const maxSize = maxPoolSizeOption(options.maxPoolSize, size, defaultMaxPoolSize(size));
+  const maxVmsPerWorker = countOption(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
   const wasmPath = options.wasmPath;
   if (wasmPath !== undefined && typeof wasmPath !== "string") throw configError("wasmPath must be a string");
   let pool: WorkerPool | undefined;
   let closed = false;
   const getPool = (): WorkerPool => {
-    pool ??= new WorkerPool({ module: loadQuickJSWasm(wasmPath), size, maxVmsPerWorker, budget: hostMemoryBudget() });
+    pool ??= new WorkerPool({
+      module: loadQuickJSWasm(wasmPath),
+      size,
+      maxSize,
+      maxVmsPerWorker,
+      budget: hostMemoryBudget(),
+    });
     return pool;
   };
   return makeSandboxAdapter(

@@ -13,7 +13,8 @@ import {
 import { hostMemoryBudget } from "../host/memory-budget.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
-import { ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
+import { countOption } from "./pool-options.ts";
+import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
 import { executeOnLauncher } from "./run.ts";
 
 /** An adapter that owns threads or connections: `close()` releases them (pending executions fail). */
@@ -30,6 +31,12 @@ export interface QuickJsProtocolAdapterOptions {
    * protocol.
    */
   launch(): QuickJsProtocolTransport | Promise<QuickJsProtocolTransport>;
+  /**
+   * VM sides (connections) at most: one is launched on first use, and another each time work arrives while every one
+   * computes (a program waits behind no CPU-bound program), up to this; extra ones are closed again once idle.
+   * Default `PROTOCOL_MAX_CONNECTIONS`.
+   */
+  maxPoolSize?: number;
   /** Default: always available. */
   isAvailable?(): boolean | Promise<boolean>;
 }
@@ -39,6 +46,7 @@ const PROTOCOL_OPTION_KEYS = optionKeys<QuickJsProtocolAdapterOptions>({
   version: true,
   qualification: true,
   launch: true,
+  maxPoolSize: true,
   isAvailable: true,
 });
 
@@ -66,8 +74,9 @@ export function makeProtocolAdapter(
 ): ClosableSandboxAdapter {
   const { launch } = options;
   if (typeof launch !== "function") throw configError("launch must be a function");
+  const maxPoolSize = countOption(options.maxPoolSize, "maxPoolSize", PROTOCOL_MAX_CONNECTIONS);
   let closed = false;
-  const launcher = new ProtocolLauncher(() => launch.call(options), hostMemoryBudget());
+  const launcher = new ProtocolLauncher(() => launch.call(options), hostMemoryBudget(), maxPoolSize);
   const closedCheck: AvailabilityCheck | undefined =
     check === undefined ? undefined : async () => (closed ? "the adapter was closed" : check());
   return makeSandboxAdapter(

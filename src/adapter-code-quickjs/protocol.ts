@@ -21,7 +21,7 @@ export { PROTOCOL_NAME as QUICKJS_PROTOCOL, PROTOCOL_VERSION as QUICKJS_PROTOCOL
 
 /** Time a launched VM side has to announce itself. */
 export const PROTOCOL_BOOT_TIMEOUT_MS = 15_000;
-/** VM sides the adapter launches at most at once, when every one computes. */
+/** Default `maxPoolSize` of the protocol adapter: VM sides it launches at most at once, when every one computes. */
 export const PROTOCOL_MAX_CONNECTIONS = 4;
 /** Runs one VM side takes at once. */
 const RUNS_PER_CONNECTION = 64;

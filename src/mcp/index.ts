@@ -54,6 +54,7 @@ export {
   MAX_RESOURCE_URI_CHARS,
   MAX_SEARCH_LIMIT,
   MAX_SEARCH_QUERY_CHARS,
+  MAX_STDIO_CALL_ARGUMENT_BYTES,
   MAX_TOOL_NAME_CHARS,
 } from "./limits.ts";
 export { MCP_TOOL_SEPARATOR, mcpToolName } from "./names.ts";

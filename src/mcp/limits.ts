@@ -13,3 +13,10 @@ export const MAX_SEARCH_QUERY_CHARS = 1000;
 export const MAX_TOOL_NAME_CHARS = 500;
 /** Longest resource URI a program may pass to `resources.read`. */
 export const MAX_RESOURCE_URI_CHARS = 8192;
+/**
+ * Largest JSON of one call's arguments the gateway sends to a stdio server, in UTF-8 bytes. A server built on the
+ * official MCP SDK closes its stdio connection when one message passes 10 MiB (its `STDIO_DEFAULT_MAX_BUFFER_SIZE`),
+ * which would fail every other execution's calls to that server and restart it: a larger call fails alone, in the
+ * program, before it is sent. The 2 MiB to spare are for the request around the arguments and the read chunks.
+ */
+export const MAX_STDIO_CALL_ARGUMENT_BYTES = 8 * 1024 * 1024;

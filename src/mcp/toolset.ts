@@ -9,6 +9,7 @@ import type { CodemodeTool, CodemodeToolContext } from "../types.ts";
 import { needsApproval, requireApproval } from "./approval.ts";
 import { type McpServerSpec, type ParsedMcpConfig, parseMcpConfig } from "./config.ts";
 import { McpToolCollisionError } from "./errors.ts";
+import { MAX_STDIO_CALL_ARGUMENT_BYTES } from "./limits.ts";
 import { mcpToolName } from "./names.ts";
 import { callResultErrorMessage, callResultToValue } from "./result.ts";
 import { McpUpstream, type McpUpstreamDown, type McpUpstreamOptions, UPSTREAM_KEYS } from "./upstream.ts";
@@ -275,6 +276,7 @@ function toSandboxTool(upstream: McpUpstream, tool: Tool): McpTool {
           `tools.${name} takes one object of arguments, got ${Array.isArray(input) ? "an array" : typeof input}`,
         );
       }
+      if (upstream.spec.transport === "stdio") checkStdioArguments(name, input);
       if (gated) {
         const call = { server: upstream.name, tool: tool.name, name, args: input as Record<string, unknown> };
         await requireApproval(caller, call, signal);
@@ -284,6 +286,21 @@ function toSandboxTool(upstream: McpUpstream, tool: Tool): McpTool {
       return callResultToValue(result);
     },
   };
+}
+
+/**
+ * Refuses a call to a stdio server whose arguments the server could not read (see MAX_STDIO_CALL_ARGUMENT_BYTES): it
+ * would close the connection, and with it the other executions' calls to that server.
+ */
+function checkStdioArguments(name: string, input: object): void {
+  const json = JSON.stringify(input);
+  // Every character is at most 3 bytes of UTF-8: most arguments are counted without encoding them.
+  if (json.length * 3 <= MAX_STDIO_CALL_ARGUMENT_BYTES) return;
+  const bytes = Buffer.byteLength(json);
+  if (bytes <= MAX_STDIO_CALL_ARGUMENT_BYTES) return;
+  throw new RangeError(
+    `tools.${name}: its arguments are ${bytes} bytes of JSON, more than a call to a stdio server may carry (${MAX_STDIO_CALL_ARGUMENT_BYTES}, MAX_STDIO_CALL_ARGUMENT_BYTES); it was not sent`,
+  );
 }
 
 function checkCollisions(tools: readonly McpTool[], taken: Map<string, { server: string; tool: string }>): void {
