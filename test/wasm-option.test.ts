@@ -71,10 +71,11 @@ describe("the prebuilt instrumented module", () => {
     const { instrumentWrites } = await import("../dist/engine/write-tracking.js");
     const { catchableOutOfMemory } = await import("../dist/engine/catchable-oom.js");
     const { pollInterruptsOften } = await import("../dist/engine/interrupt-poll.js");
+    const { tickLoops } = await import("../dist/engine/loop-ticks.js");
     const { prebuiltTrackedModule } = await import("../dist/engine/prebuilt-wasm.js");
     const prebuilt = prebuiltTrackedModule(installed);
     expect(prebuilt).toBeDefined();
-    const rewritten = instrumentWrites(pollInterruptsOften(catchableOutOfMemory(installed)));
+    const rewritten = instrumentWrites(pollInterruptsOften(tickLoops(catchableOutOfMemory(installed))));
     expect(Buffer.from(prebuilt as Uint8Array).equals(Buffer.from(rewritten))).toBe(true);
     const changed = Buffer.from(installed);
     changed.writeUInt8(changed.readUInt8(0x100) ^ 1, 0x100);
@@ -83,7 +84,13 @@ describe("the prebuilt instrumented module", () => {
 
   it("is not used when the rewriter changed since the build, or when the file does not match its digest", async () => {
     const copy = (dir: string) => {
-      const rewriters = ["write-tracking.js", "catchable-oom.js", "interrupt-poll.js", "wasm-binary.js"];
+      const rewriters = [
+        "write-tracking.js",
+        "catchable-oom.js",
+        "loop-ticks.js",
+        "interrupt-poll.js",
+        "wasm-binary.js",
+      ];
       const files = ["prebuilt-wasm.js", ...rewriters, "quickjs-tracked.wasm", "quickjs-tracked.json"];
       for (const file of [...files, "prebuilt-wasm.js.map", ...rewriters.map((name) => `${name}.map`)]) {
         copyFileSync(new URL(file, engine), join(dir, file));
@@ -98,6 +105,9 @@ describe("the prebuilt instrumented module", () => {
     const newerPatch = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerPatch, "catchable-oom.js"), "\n// changed\n");
     expect((await import(join(newerPatch, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    const newerTicks = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
+    appendFileSync(join(newerTicks, "loop-ticks.js"), "\n// changed\n");
+    expect((await import(join(newerTicks, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const newerPoll = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerPoll, "interrupt-poll.js"), "\n// changed\n");
     expect((await import(join(newerPoll, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();

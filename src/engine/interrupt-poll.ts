@@ -7,7 +7,7 @@
  * INTERRUPT_POLL_TICKS: ten times as often, which costs nothing measurable (a poll is a call into the host every few
  * microseconds of a tight loop), where a hundred times as often cost 5-50% of compute-bound scripts.
  */
-import { Decoder, Reader, sectionsOf, WasmRewriteError } from "./wasm-binary.ts";
+import { Decoder, Reader, readExports, sectionsOf, WasmRewriteError } from "./wasm-binary.ts";
 
 /** Ticks between two interrupt polls of the rewritten engine (QuickJS-NG's own: 10,000). */
 export const INTERRUPT_POLL_TICKS = 1_000;
@@ -46,40 +46,40 @@ const SET_INTERRUPT_HANDLER = "qjs_set_interrupt_handler";
 export function pollInterruptsOften(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   const sections = sectionsOf(bytes);
   const exports = sections.find((s) => s.id === 7)?.body;
-  if (!exports || !exportsName(exports, SET_INTERRUPT_HANDLER)) return new Uint8Array(bytes);
+  if (!exports || !readExports(exports).some((e) => e.name === SET_INTERRUPT_HANDLER)) return new Uint8Array(bytes);
   const code = sections.find((s) => s.id === 10)?.body;
   if (!code) throw new WasmRewriteError("the module has no code");
-  const sites: number[] = [];
-  const r = new Reader(code);
-  for (let i = r.u32(); i > 0; i--) {
-    const size = r.u32();
-    const end = r.pos + size;
-    const site = pollResetSite(code, r.pos, end);
-    if (site !== undefined) sites.push(site);
-    r.pos = end;
-  }
-  if (sites.length !== 1) {
-    throw new WasmRewriteError(`expected one interrupt poll function in the engine, found ${sites.length}`);
-  }
+  const poll = findPollFunction(code);
   // A copy: a Buffer's slice() would share the caller's bytes.
   const out = new Uint8Array(bytes);
-  const at = code.byteOffset - bytes.byteOffset + (sites[0] as number);
-  out.set(paddedSleb3(INTERRUPT_POLL_TICKS), at);
+  out.set(paddedSleb3(INTERRUPT_POLL_TICKS), code.byteOffset - bytes.byteOffset + poll.site);
   return out;
 }
 
-function exportsName(body: Uint8Array, name: string): boolean {
-  const r = new Reader(body);
-  for (let i = r.u32(); i > 0; i--) {
-    if (r.name() === name) return true;
-    r.u8();
-    r.u32();
+/**
+ * QuickJS-NG's poll function in a code section: its index among the defined functions, and the position (in `code`)
+ * of its counter's reset. Throws a WasmRewriteError unless there is exactly one.
+ */
+export function findPollFunction(code: Uint8Array): { defined: number; site: number } {
+  const found: { defined: number; site: number }[] = [];
+  const r = new Reader(code);
+  const count = r.u32();
+  for (let i = 0; i < count; i++) {
+    const size = r.u32();
+    const end = r.pos + size;
+    const site = pollResetSite(code, r.pos, end);
+    if (site !== undefined) found.push({ defined: i, site });
+    r.pos = end;
   }
-  return false;
+  if (found.length !== 1) {
+    throw new WasmRewriteError(`expected one interrupt poll function in the engine, found ${found.length}`);
+  }
+  return found[0] as { defined: number; site: number };
 }
 
 /**
- * In a function body (`start`..`end`), the position of the 3-byte constant 10,000 that resets the interrupt counter,
+ * In a function body (`start`..`end`), the position of the 3-byte constant 10,000 that resets the interrupt counter
+ * (or INTERRUPT_POLL_TICKS, once rewritten),
  * when the function is QuickJS-NG's poll:
  *   counter = ctx->counter; ctx->counter = counter - 1; if (counter <= 1) { ctx->counter = 10000; ...handler... }
  * with the counter at one offset of the context (the first parameter), reset exactly once.
@@ -106,7 +106,7 @@ function pollResetSite(code: Uint8Array, start: number, end: number): number | u
     if (
       instruction.op === OP_I32_STORE &&
       previous?.op === OP_I32_CONST &&
-      previous.immediate === QUICKJS_POLL_TICKS &&
+      (previous.immediate === QUICKJS_POLL_TICKS || previous.immediate === INTERRUPT_POLL_TICKS) &&
       beforePrevious?.op === OP_LOCAL_GET &&
       beforePrevious.immediate === 0 &&
       instruction.immediate === head[2]?.immediate

@@ -10,13 +10,14 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { catchableOutOfMemory } from "./catchable-oom.ts";
 import { pollInterruptsOften } from "./interrupt-poll.ts";
+import { tickLoops } from "./loop-ticks.ts";
 import { instrumentWrites } from "./write-tracking.ts";
 
 const MODULE_FILE = new URL("./quickjs-tracked.wasm", import.meta.url);
 const DIGESTS_FILE = new URL("./quickjs-tracked.json", import.meta.url);
 /** The rewriters' own files, as they are run (their digest tells a prebuilt module made by older rewriters). */
 const EXTENSION = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-const REWRITER_FILES = ["catchable-oom", "interrupt-poll", "write-tracking", "wasm-binary"].map(
+const REWRITER_FILES = ["catchable-oom", "loop-ticks", "interrupt-poll", "write-tracking", "wasm-binary"].map(
   (name) => new URL(`./${name}${EXTENSION}`, import.meta.url),
 );
 
@@ -48,7 +49,7 @@ export function prebuiltTrackedModule(source: Uint8Array): Uint8Array<ArrayBuffe
 /** Writes the instrumented module of the installed quickjs-wasi beside this file (run by `npm run build`). */
 export function writePrebuiltTrackedModule(): void {
   const source = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
-  const module = instrumentWrites(pollInterruptsOften(catchableOutOfMemory(source)));
+  const module = instrumentWrites(pollInterruptsOften(tickLoops(catchableOutOfMemory(source))));
   writeFileSync(MODULE_FILE, module);
   const digests: Digests = {
     source: sha256(source),

@@ -63,7 +63,10 @@ export interface RunRequest {
  * A run request before a launcher placed it on a VM side (ids, seed and journal are the launcher's); its deadline is
  * absolute, in ms since the epoch on the host's clock, and becomes the request's `timeLeftMs` as it is sent.
  */
-export type UnplacedRequest = Omit<RunRequest, "exec" | "slot" | "random" | "journal" | "replayClock" | "timeLeftMs"> & {
+export type UnplacedRequest = Omit<
+  RunRequest,
+  "exec" | "slot" | "random" | "journal" | "replayClock" | "timeLeftMs"
+> & {
   deadline: number | null;
 };
 

@@ -23,7 +23,7 @@ import {
 import { rpcBytes } from "./rpc-bytes.ts";
 import { cleanStack, wrapperColumns } from "./script-wrapper.ts";
 import type { HostArgs, Primitive } from "./values.ts";
-import { type GuestVm, Interrupted, JSException, type VmClock, type VmImage } from "./vm.ts";
+import { type GuestVm, Interrupted, JSException, Preempted, type VmClock, type VmImage } from "./vm.ts";
 
 export class VmRun {
   nextCallId = 0;
@@ -229,15 +229,18 @@ export class VmRun {
 
   // ---- limits ----
 
-  /** The run-level checks of the interrupt handler; `flag` is the host's shared stop flag, if any. */
-  interruptRequested(flag: StopReason | undefined): boolean {
+  /**
+   * The run-level checks of the interrupt handler; `flag` is the host's shared stop flag, if any. A loop's tick
+   * (`tick`) is no poll of the interrupt budget, which counts QuickJS's own.
+   */
+  interruptRequested(flag: StopReason | undefined, tick = false): boolean {
     if (this.stopReason !== undefined || this.result !== undefined || this.fatal !== undefined) return true;
     if (flag !== undefined) {
       this.stopReason = flag;
       return true;
     }
     const budget = this.request.interruptBudget;
-    if (budget !== null && ++this.polls > budget) {
+    if (!tick && budget !== null && ++this.polls > budget) {
       this.stopReason = "budget";
       return true;
     }
@@ -289,7 +292,9 @@ export class VmRun {
 
   /** What an error thrown out of the VM means for the run (undefined: the run's stop or result decides). */
   classify(error: unknown): RunResult | undefined {
-    if (this.stopReason !== undefined || error instanceof Interrupted) return undefined;
+    // Stopped (at a poll, between jobs, or pre-empted inside a built-in, whose VM is broken and replaced): the run
+    // ends with what stopped it.
+    if (this.stopReason !== undefined || error instanceof Interrupted || error instanceof Preempted) return undefined;
     if (error instanceof JSException) {
       const uncatchable = this.vm.isUncatchable(error);
       const described: CodemodeError = {

@@ -173,6 +173,7 @@ export class VmRunner {
     vm.dirty = true;
     vm.setMemoryLimit(request.memoryLimitBytes);
     vm.interrupt = () => this.shouldInterrupt(run);
+    vm.preempt = () => this.shouldInterrupt(run, true);
     vm.hostCallback = (args) => run.hostCall(args);
     vm.clock = run.clock;
     if (request.deterministic) {
@@ -312,14 +313,17 @@ export class VmRunner {
     while (!this.busy && this.deferred.length > 0) this.handle(this.deferred.shift() as HostCommand);
   }
 
-  private shouldInterrupt(run: VmRun): boolean {
+  /** QuickJS's interrupt poll, or (`tick`) a tick of a loop inside a built-in, where true pre-empts it. */
+  private shouldInterrupt(run: VmRun, tick = false): boolean {
+    // Only inside the run's own turn: a tick elsewhere (the host reading a value) must not break the VM.
+    if (tick && (!this.busy || run.ended)) return false;
     const flags = this.options.stopFlags;
     let flag: StopReason | undefined;
     if (flags) {
       const code = Atomics.load(flags, run.request.slot);
       if (code !== StopCode.none) flag = code === StopCode.timeout ? "timeout" : "aborted";
     }
-    if (run.interruptRequested(flag)) return true;
+    if (run.interruptRequested(flag, tick)) return true;
     const onLongTurn = this.options.onLongTurn;
     if (onLongTurn && !this.longTurnReported && performance.now() - run.enteredAt > LONG_TURN_MS) {
       this.longTurnReported = true;
@@ -334,6 +338,7 @@ export class VmRunner {
     this.runs.delete(run.request.exec);
     const vm = run.vm;
     vm.interrupt = () => true;
+    vm.preempt = () => false;
     vm.hostCallback = () => undefined;
     run.emit({ type: "done", exec: run.request.exec, result: clipped(result) });
     if (this.busy) {

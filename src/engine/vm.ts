@@ -12,6 +12,7 @@ import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
 import { type ImageExports, InstanceMemory, type MemoryImage } from "./image.ts";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
+import { LOOP_TICK_EXPORT } from "./loop-ticks.ts";
 import { fillRandom, sha256Hex } from "./platform.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
@@ -30,6 +31,8 @@ interface Exports extends ValueExports, ImageExports {
   [MARK_EXPORT]?: (address: number, length: number) => void;
   /** Present in modules rewritten by catchable-oom.ts: the engine's out-of-memory errors so far. */
   [OUT_OF_MEMORY_EXPORT]?: WebAssembly.Global;
+  /** Present in modules rewritten by loop-ticks.ts: 1 while a loop's tick calls the host. */
+  [LOOP_TICK_EXPORT]?: WebAssembly.Global;
 }
 
 /** quickjs-wasi's private members this module relies on (pinned version). */
@@ -99,6 +102,12 @@ export class GuestVm {
   clock: VmClock = frozenClock;
   /** Polled by QuickJS while the guest runs, and between batches of promise jobs. */
   interrupt: () => boolean = () => false;
+  /**
+   * Asked at every tick of a loop of the engine's C code (loop-ticks.ts), inside a built-in that does not poll: true
+   * pre-empts it, by throwing `Preempted` through the wasm (the VM is then broken and replaced). Only a run's turn
+   * sets it.
+   */
+  preempt: () => boolean = () => false;
   /** The single host function the prelude calls. */
   hostCallback: HostCallback = () => undefined;
   /** Set when the VM's state can no longer be trusted (a host-side error thrown through the wasm). */
@@ -224,7 +233,7 @@ export class GuestVm {
       get exports() {
         return vm?.exports;
       },
-      interruptHandler: () => vm?.interrupt() ?? false,
+      interruptHandler: () => vm?.poll() ?? false,
       unhandledRejectionHandler: null,
       moduleNormalizeHandler: null,
       moduleLoadHandler: null,
@@ -304,7 +313,7 @@ export class GuestVm {
     (w as unknown as WrapperInternals).setInstance({ exports: this.exports } as unknown as WebAssembly.Instance);
     Statics.applyLimits(w, {
       maxStackSize: this.options.maxStackSize,
-      interruptHandler: () => this.interrupt(),
+      interruptHandler: () => this.poll(),
       timezoneOffset: 0,
     });
     this.wrapper = w;
@@ -430,6 +439,18 @@ export class GuestVm {
     }
   }
 
+  /** QuickJS's interrupt poll, or a loop's tick (see `preempt`). */
+  private poll(): boolean {
+    const tick = this.exports[LOOP_TICK_EXPORT];
+    if (tick === undefined || tick.value === 0) return this.interrupt();
+    if (this.broken || this.preempt()) {
+      // Wherever the built-in stood, the VM's state is now unknown: it is never used again.
+      this.broken = true;
+      throw new Preempted();
+    }
+    return false;
+  }
+
   /** True for the uncatchable errors QuickJS raises itself (an interrupt; out of memory in a module not rewritten). */
   isUncatchable(error: JSException): boolean {
     return !error.handle.disposed && this.exports.qjs_is_uncatchable_error(error.handle.ptr) !== 0;
@@ -445,6 +466,9 @@ export class GuestVm {
 
 /** The interrupt poll between promise jobs fired. */
 export class Interrupted extends Error {}
+
+/** A loop's tick pre-empted a built-in (see GuestVm.preempt); the VM is broken. */
+export class Preempted extends Error {}
 
 export { JSException };
 

@@ -490,6 +490,12 @@ export function withItem(section: Uint8Array, item: number[]): number[] {
   return [...uleb(items + 1), ...section.subarray(r.pos), ...item];
 }
 
+/** The items of an export section: each name, its kind (0 function, 3 global) and index. */
+export function readExports(body: Uint8Array): { name: string; kind: number; index: number }[] {
+  const r = new Reader(body);
+  return Array.from({ length: r.u32() }, () => ({ name: r.name(), kind: r.u8(), index: r.u32() }));
+}
+
 /** An export section's item: `name` exports the item of `kind` (0 function, 3 global) at `index`. */
 export function exportItem(name: string, kind: number, index: number): number[] {
   return [...uleb(name.length), ...new TextEncoder().encode(name), kind, ...uleb(index)];

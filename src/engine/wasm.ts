@@ -3,6 +3,7 @@ import { createRequire } from "node:module";
 import { refuseUnknownOptions } from "../options.ts";
 import { catchableOutOfMemory } from "./catchable-oom.ts";
 import { pollInterruptsOften } from "./interrupt-poll.ts";
+import { tickLoops } from "./loop-ticks.ts";
 import { prebuiltTrackedModule } from "./prebuilt-wasm.ts";
 import { WasmRewriteError } from "./wasm-binary.ts";
 import { instrumentWrites } from "./write-tracking.ts";
@@ -27,8 +28,8 @@ const installedWasmPath = (): string => {
 };
 
 /**
- * Reads QuickJS's wasm, makes its out-of-memory errors catchable (see catchable-oom.ts), makes it poll its interrupt
- * handler more often (interrupt-poll.ts), instruments its memory writes
+ * Reads QuickJS's wasm, makes its out-of-memory errors catchable (see catchable-oom.ts), makes its built-ins
+ * pre-emptible (loop-ticks.ts) and its interrupt polls more frequent (interrupt-poll.ts), instruments its memory writes
  * and compiles it, once per path; every VM of the process instantiates the same compiled module. `path` defaults to the file in the installed `quickjs-wasi` package. A
  * module whose writes cannot all be tracked is refused with the reason, unless `trackWrites` is false.
  */
@@ -67,7 +68,7 @@ function instrument(bytes: Uint8Array, path: string): Uint8Array<ArrayBuffer> {
 /** The rewrites every module gets, tracked or not (prebuilt-wasm.ts makes the same). */
 function patch(bytes: Uint8Array, path: string): Uint8Array<ArrayBuffer> {
   try {
-    return pollInterruptsOften(catchableOutOfMemory(bytes));
+    return pollInterruptsOften(tickLoops(catchableOutOfMemory(bytes)));
   } catch (error) {
     if (!(error instanceof WasmRewriteError)) throw error;
     throw new WasmRewriteError(`cannot prepare the engine ${path}: ${error.message}`);

@@ -561,7 +561,8 @@ export class PeerPool implements Launcher {
   }
 
   /**
-   * A run whose current turn alone computed past its CPU limit: the VM could not interrupt it (one long built-in),
+   * A run whose current turn alone computed past its CPU limit: the VM could not interrupt it (a loop of bulk memory
+   * copies, which no tick reaches, or a VM side that is not scheduled),
    * so the host ends it with the limit, and its VM side is killed if it does not stop within the grace.
    */
   private cpuExceeded(run: PoolRun, peer: HostPeer, cpuLimitMs: number): void {

@@ -32,8 +32,8 @@ export function useDefaultQuickJSWasm(load: () => WebAssembly.Module): void {
 
 /**
  * Runs executions on the calling thread. A script that computes blocks the caller until it awaits a tool or its
- * deadline (or interrupt budget) interrupts it; a single long built-in call (a huge regular expression) cannot be
- * pre-empted here.
+ * deadline (or interrupt budget) interrupts it, inside a long built-in too (loop-ticks.ts); only a single bulk copy or
+ * fill of the memory (a few milliseconds) runs to its end.
  */
 export class InlineCodemodeSandbox extends CodemodeSandboxBase {
   private readonly inline: InlineLauncher | DeferredLauncher<InlineLauncher>;
