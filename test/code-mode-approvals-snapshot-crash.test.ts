@@ -123,7 +123,7 @@ describe.each(stores)("$name: resuming a killed process's paused program", ({ ki
           await store.close();
         }
       },
-      60_000,
+      120_000,
     );
   }
 });
