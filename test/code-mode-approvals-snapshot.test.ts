@@ -16,7 +16,13 @@ import {
   createQuickJsProtocolAdapter,
   createQuickJsSandboxAdapter,
 } from "airlock-codemode/adapter-code-quickjs";
-import { createCodeMode, defineCodeProgram, type SandboxAdapter } from "airlock-codemode/code-mode";
+import {
+  createCodeMode,
+  defineCodeProgram,
+  defineSandboxAdapter,
+  type SandboxAdapter,
+  type SandboxDeterministicRun,
+} from "airlock-codemode/code-mode";
 import type { WorkflowStore } from "airlock-codemode/workflows";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
@@ -277,6 +283,33 @@ describe("resuming a paused program from a snapshot", () => {
     // Given the snapshot, the VM side did not take it, and the program ran from its start against the journal.
     expect(runs).toEqual([{ snapshotGiven: true, restored: false, calls: reads + 3 }]);
     expect(counts).toEqual({ read: reads + 2, pay: 1 });
+  }, 60_000);
+
+  it("checks the calls a restored run makes against the journal: another call at a journaled number sends nothing", async () => {
+    const reads = MIN_CALLS + 5;
+    const { counts, program, input } = await pauseAndApprove(reads, "diverged-1", quickjs());
+    // The restored run asks for the approved payment with another amount than the person approved.
+    const inner = quickjs();
+    const changing = defineSandboxAdapter({
+      id: "changing-quickjs",
+      version: "1",
+      qualification: "production",
+      deterministic: true,
+      snapshots: true,
+      isAvailable: () => inner.isAvailable(),
+      execute: (request) => {
+        const run = request.deterministic as SandboxDeterministicRun;
+        const call = (toolId: string, value: unknown) => run.call(toolId, toolId === "pay" ? { amount: 1 } : value);
+        return inner.execute({ ...request, deterministic: { ...run, call } });
+      },
+    });
+    const { adapter, runs } = observeAdapter(changing);
+    expect(await modeOn(await openStore(), adapter).resume(program, input, context("diverged-1"))).toMatchObject({
+      status: "failed",
+      error: { code: "INTEGRITY_VIOLATION" },
+    });
+    expect(runs[0]).toMatchObject({ snapshotGiven: true, restored: true });
+    expect(counts).toEqual({ read: reads + 1, pay: 0 });
   }, 60_000);
 
   it("replays the whole journal for an adapter that says nothing of the snapshot it was given: nothing runs twice", async () => {
