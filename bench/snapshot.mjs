@@ -1,8 +1,11 @@
-// Resuming a paused program: replaying its journal (what Airlock does) against restoring a snapshot of its VM taken
-// at the pause (quickjs-wasi's snapshot of the whole linear memory, pending promises included), for journals of
-// 1 to 10,000 calls. Three parts:
-// 1. Airlock's own resume through the code mode (`mode.resume`: every earlier call answered from the journal in a
-//    SQLite store), up to the approved call's end;
+// Resuming a paused program: replaying its journal against restoring a snapshot of its VM taken at the pause, for
+// journals of 1 to 10,000 calls. Three parts:
+// 1. Airlock's own resume through the code mode (`mode.resume`, the journal in a SQLite store), both ways: by replay
+//    (every earlier call answered from the journal) and from the snapshot Airlock keeps at the pause (read from the
+//    store, checked, restored on a VM of the worker pool, the open calls answered), up to the approved call's end;
+//    `approvals.snapshotMinCalls` 0 keeps a snapshot at every pause, and the largest keeps none. Also what a pause
+//    costs with a snapshot taken and stored, and what the store keeps of it. The cross-over chooses
+//    SNAPSHOT_MIN_CALLS;
 // 2. the same program on the engine alone, one VM of the same wasm: replay (a fresh VM, the program run again, each
 //    call checked against the journal and answered from it) against snapshot (at the pause: snapshot, serialize,
 //    gzip; to resume: gunzip, deserialize, restore into a fresh instance, answer the pending call, run to the end);
@@ -17,20 +20,24 @@ import { join } from "node:path";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { Budget, defineTool, invokeTool, z } from "airlock-codemode";
 import { createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
-import { createCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
+import { createCodeMode, defineCodeProgram, SNAPSHOT_MIN_CALLS } from "airlock-codemode/code-mode";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { QuickJS } from "quickjs-wasi";
 import { median, runtime } from "./lib.mjs";
 
 const CALLS = [1, 10, 100, 1_000, 10_000];
-/** Code-mode resumes per journal length (each needs its own journal, built by a first run to the approval). */
+/** Journal lengths of the code-mode part: the four of the engine's and some between, where the two ways meet. */
+const CODE_MODE_CALLS = [10, 100, 200, 300, 500, 700, 1_000, 2_000, 10_000];
+/** Code-mode resumes per journal length and way (each needs its own journal, built by a first run to the approval). */
 const CODE_MODE_RUNS = Number(process.env.SNAPSHOT_BENCH_CODE_MODE_RUNS ?? 3);
 /** Engine-level measurements per journal length. */
 const RUNS = Number(process.env.SNAPSHOT_BENCH_RUNS ?? 7);
 const scope = { principalId: "bench", projectId: "bench" };
 const NO_ABORT = new AbortController().signal;
+/** `snapshotMinCalls` that keeps no snapshot: no program makes this many calls. */
+const NEVER = 100_000;
 
-const results = { date: new Date().toISOString(), runtime, rows: [] };
+const results = { date: new Date().toISOString(), runtime, snapshotMinCalls: SNAPSHOT_MIN_CALLS, rows: [] };
 const spread = (values) => `${Math.min(...values).toFixed(2)}-${Math.max(...values).toFixed(2)}`;
 const row = (name, values, unit = "ms", extra = {}) => {
   const m = median(values);
@@ -49,7 +56,7 @@ const row = (name, values, unit = "ms", extra = {}) => {
 };
 console.log(`${runtime}; medians of ${RUNS} (engine) and ${CODE_MODE_RUNS} (code mode) runs, min-max in brackets`);
 
-// ---- 1. Airlock's resume through the code mode ----
+// ---- 1. Airlock's resume through the code mode, both ways ----
 const value = z.object({ value: z.number() });
 const echo = {
   version: "1",
@@ -72,65 +79,108 @@ const broker = (tool, input, context) =>
 const verifyHuman = async () => ({ id: "bench", projectId: "bench", canApprove: true });
 const directory = await mkdtemp(join(tmpdir(), "airlock-bench-snapshot-"));
 const adapter = createQuickJsSandboxAdapter({ poolSize: 1 });
+const programOf = (calls) =>
+  defineCodeProgram({
+    id: `bench.snapshot-${calls}`,
+    version: "1",
+    intent: "Reads, then one approved write.",
+    language: "javascript",
+    source: `async (input, tools) => {
+      let sum = 0;
+      for (let i = 0; i < ${calls}; i++) sum += (await tools.call("bench.read", { value: i })).output.value;
+      await tools.call("bench.pay", { value: sum });
+      return { value: sum };
+    }`,
+    input: value,
+    output: value,
+    inputSchemaId: "v",
+    outputSchemaId: "v",
+    tools: [read, pay],
+    limits: {
+      cpuMillis: 60_000,
+      wallTimeMillis: 600_000,
+      memoryBytes: 64 * 1024 * 1024,
+      scratchBytes: 0,
+      maxInputBytes: 1_024,
+      maxOutputBytes: 1_024,
+      maxToolInputBytes: 1_024,
+      maxToolCalls: calls + 1,
+      maxToolConcurrency: 1,
+    },
+  });
+const ways = [
+  { way: "replay", snapshotMinCalls: NEVER },
+  { way: "snapshot", snapshotMinCalls: 0 },
+];
+const codeMode = [];
 try {
   // The journals are built in memory (a run to the approval on a file costs a synchronous write per call); the resume
   // reads them back through the same store API and writes its own few entries.
   const store = createSqliteStore({ filename: ":memory:" });
   await store.initialize();
-  const mode = createCodeMode({ adapter, invokeTool: broker, approvals: { store, verifyHuman } });
-  let warmed = false;
-  for (const calls of [1, ...CALLS]) {
-    // The first length runs twice: its first pass warms the code mode and is not reported.
-    const warming = results.rows.length === 0 && calls === 1 && !warmed;
-    warmed = true;
-    const program = defineCodeProgram({
-      id: `bench.snapshot-${calls}`,
-      version: "1",
-      intent: "Reads, then one approved write.",
-      language: "javascript",
-      source: `async (input, tools) => {
-        let sum = 0;
-        for (let i = 0; i < ${calls}; i++) sum += (await tools.call("bench.read", { value: i })).output.value;
-        await tools.call("bench.pay", { value: sum });
-        return { value: sum };
-      }`,
-      input: value,
-      output: value,
-      inputSchemaId: "v",
-      outputSchemaId: "v",
-      tools: [read, pay],
-      limits: {
-        cpuMillis: 60_000,
-        wallTimeMillis: 600_000,
-        memoryBytes: 64 * 1024 * 1024,
-        scratchBytes: 0,
-        maxInputBytes: 1_024,
-        maxOutputBytes: 1_024,
-        maxToolInputBytes: 1_024,
-        maxToolCalls: calls + 1,
-        maxToolConcurrency: 1,
-      },
-    });
-    const times = [];
+  const modes = Object.fromEntries(
+    ways.map(({ way, snapshotMinCalls }) => [
+      way,
+      createCodeMode({ adapter, invokeTool: broker, approvals: { store, verifyHuman, snapshotMinCalls } }),
+    ]),
+  );
+  let sequence = 0;
+  /** Runs to the pause, approves, and times the pause and the resume. */
+  const pauseAndResume = async (mode, program) => {
+    const options = { runId: "b", executionId: `s${++sequence}`, scope, signal: NO_ABORT };
+    let start = performance.now();
+    const paused = await mode.execute(program, { value: 0 }, options);
+    const pause = performance.now() - start;
+    if (paused.status !== "waiting") throw new Error(`expected waiting, got ${paused.status}`);
+    // The snapshot the pause kept (newest first), as the store holds it: gzipped, as base64.
+    const kept = (await store.list({ kind: "code-snapshot", limit: 1 }))[0]?.state.data;
+    await mode.approve({ scope, executionId: options.executionId, digest: paused.approval.digest, credential: "c" });
+    start = performance.now();
+    const done = await mode.resume(program, { value: 0 }, options);
+    const resume = performance.now() - start;
+    if (done.status !== "succeeded") throw new Error(`expected succeeded, got ${done.status}`);
+    return { pause, resume, stored: typeof kept === "string" ? kept.length : 0 };
+  };
+  // A first pass of each way warms the code mode and is not reported.
+  for (const { way } of ways) await pauseAndResume(modes[way], programOf(10));
+  for (const calls of CODE_MODE_CALLS) {
+    const program = programOf(calls);
+    const times = { replay: [], snapshot: [] };
+    let stored = 0;
+    // The two ways in turn, so that drifts of the machine hit both alike.
     for (let i = 0; i < CODE_MODE_RUNS; i++) {
-      const options = { runId: "b", executionId: `s${calls}-${i}${warming ? "-warm" : ""}`, scope, signal: NO_ABORT };
-      const paused = await mode.execute(program, { value: 0 }, options);
-      if (paused.status !== "waiting") throw new Error(`expected waiting, got ${paused.status}`);
-      await mode.approve({ scope, executionId: options.executionId, digest: paused.approval.digest, credential: "c" });
-      const start = performance.now();
-      const done = await mode.resume(program, { value: 0 }, options);
-      times.push(performance.now() - start);
-      if (done.status !== "succeeded") throw new Error(`expected succeeded, got ${done.status}`);
+      for (const { way } of ways) {
+        const measured = await pauseAndResume(modes[way], program);
+        times[way].push(measured.resume);
+        if (way === "snapshot") stored = measured.stored;
+      }
     }
-    if (warming) continue;
-    row(`code mode: resume by replay, ${calls} calls`, times, "ms", {
-      "per call": `${(median(times) / calls).toFixed(3)} ms`,
-    });
+    for (const { way } of ways) {
+      row(`code mode: resume by ${way}, ${calls} calls`, times[way], "ms", {
+        "per call": `${(median(times[way]) / calls).toFixed(3)} ms`,
+        ...(way === "snapshot" ? { "stored (base64 of gzip)": stored } : {}),
+      });
+    }
+    codeMode.push({ calls, replay: median(times.replay), snapshot: median(times.snapshot) });
   }
+  // What a pause costs with a snapshot taken, gzipped and stored (the run is short: the difference is the snapshot).
+  const pauses = { replay: [], snapshot: [] };
+  for (let i = 0; i < RUNS; i++) {
+    for (const { way } of ways) pauses[way].push((await pauseAndResume(modes[way], programOf(10))).pause);
+  }
+  for (const { way } of ways)
+    row(`code mode: pause after 10 calls, ${way === "snapshot" ? "with" : "without"} a snapshot`, pauses[way]);
   await store.close();
 } finally {
   await adapter.close();
 }
+const codeCrossing = codeMode.find((e) => e.snapshot < e.replay);
+console.log(
+  codeCrossing
+    ? `code mode: resuming from a snapshot is faster than replaying from ${codeCrossing.calls} calls on (SNAPSHOT_MIN_CALLS ${SNAPSHOT_MIN_CALLS})`
+    : "code mode: no cross-over up to 10,000 calls: replay stays faster",
+);
+results.codeModeCrossOverCalls = codeCrossing?.calls ?? null;
 
 // ---- 2. the engine alone: replay against snapshot and restore ----
 const wasm = new WebAssembly.Module(

@@ -61,6 +61,26 @@ const run = (signal: AbortSignal = new AbortController().signal) => ({
   scope: { principalId: "p" },
   signal,
 });
+/** A program run as the host sends it: deterministic ones start their clock at 1,000 ms, with seed 1. */
+const programRequest = (code: string, deterministic: boolean, input = "null") => ({
+  exec: 1,
+  slot: 0,
+  code,
+  configuration: runConfiguration({ tools: [], globals: [], deterministic, program: true }),
+  store: {},
+  memoryLimitBytes: 16 * 1024 * 1024,
+  timeLeftMs: 5_000,
+  cpuLimitMs: 1_000,
+  interruptBudget: null,
+  maxCalls: 10,
+  deterministic: deterministic ? { startedAt: 1_000, seed: 1 } : null,
+  random: null,
+  journal: false,
+  replayClock: null,
+  answers: null,
+  restore: null,
+  program: { input },
+});
 const codeOf = (outcome: CodeExecutionOutcome<unknown>) => (outcome.status === "succeeded" ? "OK" : outcome.error.code);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** A VM side served in this process over an in-memory transport: what it sent, and a way to hand it messages. */
@@ -194,6 +214,13 @@ describe("the QuickJS protocol adapter", () => {
       [
         "a handshake of an earlier version of the protocol",
         fakeLaunch(() => {}, { type: "ready", protocol: QUICKJS_PROTOCOL, version: 1, engine: 2 }),
+      ],
+      [
+        "a snapshot nobody asked for",
+        fakeLaunch(
+          (m, reply) =>
+            m.type === "run" && reply({ type: "snapshot", exec: m.request.exec, snapshot: null, refused: "too_large" }),
+        ),
       ],
       [
         "run id 0, never issued",
@@ -444,24 +471,7 @@ describe("the QuickJS protocol adapter", () => {
   it("serves only program runs on the VM side", async () => {
     const { sent, deliver, server } = await servedVmSide();
     expect(sent[0]).toMatchObject({ type: "ready", protocol: QUICKJS_PROTOCOL, version: QUICKJS_PROTOCOL_VERSION });
-    const request = {
-      exec: 1,
-      slot: 0,
-      code: "async (input) => input + 1",
-      configuration: runConfiguration({ tools: [], globals: [], deterministic: false, program: true }),
-      store: {},
-      memoryLimitBytes: 16 * 1024 * 1024,
-      timeLeftMs: 5_000,
-      cpuLimitMs: 1_000,
-      interruptBudget: null,
-      maxCalls: 10,
-      deterministic: null,
-      random: null,
-      journal: false,
-      replayClock: null,
-      answers: null,
-      program: { input: "41" },
-    };
+    const request = programRequest("async (input) => input + 1", false, "41");
     // A script run is refused with a failed result; messages it cannot read are dropped.
     deliver({ type: "run", request: { ...request, program: null, code: "return 1" } });
     deliver({ type: "nonsense" });
@@ -487,27 +497,16 @@ describe("the QuickJS protocol adapter", () => {
     const { sent, deliver, server } = await servedVmSide();
     const answer = (value: string, seq: number, now: number) => ({ outcome: { ok: true, value }, seq, now });
     const request = {
-      exec: 1,
-      slot: 0,
-      code: `async (input, tools) => {
+      ...programRequest(
+        `async (input, tools) => {
         const a = await tools.call("t", 1);
         const b = await tools.call("t", 2);
         const c = await tools.call("t", 3);
         return [a, b, c, Date.now()];
       }`,
-      configuration: runConfiguration({ tools: [], globals: [], deterministic: true, program: true }),
-      store: {},
-      memoryLimitBytes: 16 * 1024 * 1024,
-      timeLeftMs: 5_000,
-      cpuLimitMs: 1_000,
-      interruptBudget: null,
-      maxCalls: 10,
-      deterministic: { startedAt: 1_000, seed: 1 },
-      random: null,
-      journal: false,
-      replayClock: null,
+        true,
+      ),
       answers: [answer('"x"', 1, 2_000), answer('"y"', 2, 3_000)],
-      program: { input: "null" },
     };
     // Answers for a run that is not deterministic, a result number twice, more answers than calls, an extra field,
     // an outcome of the wrong shape: each request is dropped, and nothing runs.
@@ -532,6 +531,83 @@ describe("the QuickJS protocol adapter", () => {
       exec: 1,
       result: { ok: true, value: JSON.stringify(["x", "y", "z", 4_000]) },
     });
+    server.close();
+  });
+
+  it("captures a deterministic program run on `snapshot`, restores it from a request, and drops a snapshot that breaks the rules", async () => {
+    const { sent, deliver, server } = await servedVmSide();
+    const request = programRequest(
+      `async (input, tools) => {
+        const r = Math.random();
+        const a = await tools.call("t", 1);
+        const b = await tools.call("t", 2);
+        return [a, b, r, Math.random(), Date.now()];
+      }`,
+      true,
+    );
+    const wait = () => new Promise((resolve) => setTimeout(resolve, 50));
+    const settle = (exec: number, id: number, value: string, seq: number) =>
+      deliver({ type: "settle", exec, id, outcome: { ok: true, value }, seq, now: 1_000 + seq * 1_000 });
+    deliver({ type: "run", request });
+    await wait();
+    expect(sent.slice(1).map((message) => message.type)).toEqual(["started", "call", "idle"]);
+    expect(sent[1]).toMatchObject({ type: "started", exec: 1, restored: false });
+    deliver({ type: "snapshot", exec: 1 });
+    await wait();
+    const taken = sent.at(-1) as Extract<QuickJsVmMessage, { type: "snapshot" }>;
+    expect(taken).toMatchObject({ type: "snapshot", exec: 1, refused: null });
+    const snapshot = taken.snapshot as NonNullable<typeof taken.snapshot>;
+    expect(snapshot.key).toMatch(/^[0-9a-f]{64}$/);
+    expect(snapshot.run).toEqual({
+      calls: 1,
+      nextSeq: 1,
+      clockNow: 1_000,
+      open: [{ id: 1, target: "tool", name: "t", args: "1" }],
+    });
+    // A run that is not there is not answered; the run goes on after its snapshot.
+    deliver({ type: "snapshot", exec: 99 });
+    await wait();
+    expect(sent.at(-1)).toBe(taken);
+
+    // Snapshots that break the rules: each request is dropped, and nothing runs.
+    const count = sent.length;
+    const broken = (changes: Record<string, unknown>) => ({ ...snapshot, ...changes });
+    const badRestores = [
+      { deterministic: null, restore: snapshot },
+      { restore: broken({ key: "not a key" }) },
+      { restore: broken({ memory: { ...snapshot.memory, ranges: [8192, 4096] } }) },
+      { restore: broken({ memory: { ...snapshot.memory, data: `${snapshot.memory.data}AAAA` } }) },
+      { restore: broken({ run: { ...snapshot.run, open: [{ id: 2, target: "tool", name: "t" }] } }) },
+      { restore: broken({ extra: true }) },
+    ];
+    for (const [i, changes] of badRestores.entries())
+      deliver({ type: "run", request: { ...request, exec: 10 + i, ...changes } });
+    await wait();
+    expect(sent).toHaveLength(count);
+
+    // Restored: no call made again, and it goes on exactly as the run it was taken from.
+    deliver({ type: "run", request: { ...request, exec: 2, restore: snapshot } });
+    await wait();
+    expect(sent.slice(count)).toEqual([
+      { type: "started", exec: 2, fingerprint: expect.any(String), restored: true },
+      { type: "idle", exec: 2, seq: 0, issued: 1 },
+    ]);
+    for (const exec of [1, 2]) settle(exec, 1, '"x"', 1);
+    await wait();
+    for (const exec of [1, 2]) settle(exec, 2, '"y"', 2);
+    await wait();
+    const done = sent.filter((message) => message.type === "done");
+    expect(done).toHaveLength(2);
+    const values = done.map((message) => (message as { result: { value: string } }).result.value);
+    expect(values[0]).toBe(values[1]);
+    expect(JSON.parse(values[0] as string)).toEqual(["x", "y", expect.any(Number), expect.any(Number), 3_000]);
+
+    // Another build's snapshot (another key) is not restored: the program runs from its start.
+    deliver({ type: "run", request: { ...request, exec: 3, restore: broken({ key: "0".repeat(64) }) } });
+    await wait();
+    const ofRun3 = sent.filter((message) => "exec" in message && message.exec === 3);
+    expect(ofRun3.map((message) => message.type)).toEqual(["started", "call", "idle"]);
+    expect(ofRun3[0]).toMatchObject({ restored: false });
     server.close();
   });
 });

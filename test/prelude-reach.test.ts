@@ -92,7 +92,7 @@ function forgingLauncher(events: (exec: number) => VmEvent[]): Launcher {
       queueMicrotask(() => {
         for (const event of events(1)) onEvent(event);
       });
-      return { settle: () => {}, stop: () => {} };
+      return { settle: () => {}, stop: () => {}, capture: () => {} };
     },
     close: async () => {},
   };
@@ -115,6 +115,7 @@ function request(deterministic: boolean): LaunchRequest {
     maxCalls: 16,
     deterministic: deterministic ? { startedAt: 0, seed: 1 } : null,
     answers: null,
+    restore: null,
     program: null,
   };
 }

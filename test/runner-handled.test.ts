@@ -29,6 +29,7 @@ function request(exec: number, slot: number, code: string): RunRequest {
     journal: false,
     replayClock: null,
     answers: null,
+    restore: null,
     deterministic: null,
     program: null,
     interruptBudget: null,

@@ -100,6 +100,7 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
       version: QUICKJS_ADAPTER_VERSION,
       qualification: "production",
       deterministic: true,
+      snapshots: true,
       isAvailable: () => {
         if (closed) return false;
         try {

@@ -84,6 +84,8 @@ export function makeProtocolAdapter(
       id: options.id,
       version: options.version,
       qualification: options.qualification ?? "test",
+      deterministic: true,
+      snapshots: true,
       isAvailable: () => (closed ? false : isAvailable()),
       execute: (request: SandboxExecuteRequest) => executeOnLauncher(launcher, request),
     },

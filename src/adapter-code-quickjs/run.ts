@@ -79,6 +79,8 @@ function replayable(run: SandboxDeterministicRun) {
     },
     onFingerprint: (fingerprint: string) => run.onFingerprint?.(fingerprint),
     answered: run.answered?.map(({ result, seq, now }) => ({ value: result, seq, now })),
+    ...(run.capture === undefined ? {} : { capture: run.capture }),
+    ...(run.restore === undefined ? {} : { restore: run.restore }),
   };
 }
 

@@ -81,6 +81,30 @@ export interface SandboxDeterministicRun {
    * checks the call against the journal, and stops the run (its signal aborts) on the first that differs.
    */
   readonly answered?: readonly SequencedCallResult[];
+  /**
+   * Given to an adapter that declares `snapshots`: once `signal` aborts, capture the run where it waits on its calls
+   * and hand it to `done` (null when it cannot: too large, or not on this build), then go on running; the request's
+   * own signal ends the run.
+   */
+  readonly capture?: { readonly signal: AbortSignal; done(snapshot: SandboxSnapshot | null): void };
+  /**
+   * Given to an adapter that declares `snapshots`: a run captured before. Continue it from there if this sandbox can
+   * (the same build as `snapshot.key` names), and say so with `onRestored(true)` before the first `call`; then make
+   * `call` for the calls open at the capture (`snapshot.open`, in order) and then for new calls, which number on from
+   * `snapshot.calls + 1`, and leave `answered` unused. Otherwise `onRestored(false)`, and run the program from its start.
+   */
+  readonly restore?: { readonly snapshot: SandboxSnapshot; onRestored(restored: boolean): void };
+}
+
+/**
+ * A run captured where it waited on its calls (see SandboxDeterministicRun.capture): which build can continue it, the
+ * calls it had made and those still open, and the sandbox's own bytes of it, which the caller keeps without reading.
+ */
+export interface SandboxSnapshot {
+  readonly key: string;
+  readonly calls: number;
+  readonly open: readonly number[];
+  readonly data: Uint8Array;
 }
 
 export interface SandboxExecuteRequest {
@@ -123,6 +147,11 @@ export interface SandboxAdapterDefinition {
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
   /** The adapter honours `request.deterministic` (needed for single-call approvals). Default false. */
   deterministic?: boolean;
+  /**
+   * The adapter also honours `request.deterministic.capture` and `.restore`: single-call approvals then resume a
+   * program with a long journal from a snapshot of its paused run rather than by replay. Default false.
+   */
+  snapshots?: boolean;
 }
 
 export interface SandboxAdapter {
@@ -131,6 +160,7 @@ export interface SandboxAdapter {
   readonly version: string;
   readonly qualification: SandboxQualification;
   readonly deterministic: boolean;
+  readonly snapshots: boolean;
   isAvailable(): boolean | Promise<boolean>;
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
 }
@@ -149,6 +179,7 @@ const ADAPTER_DEFINITION_KEYS = optionKeys<SandboxAdapterDefinition>({
   isAvailable: true,
   execute: true,
   deterministic: true,
+  snapshots: true,
 });
 
 const adapters = new WeakSet<object>();
@@ -190,6 +221,9 @@ export function makeSandboxAdapter<X extends object>(
   if (typeof execute !== "function") throw configError("adapter execute must be a function");
   const deterministic = definition.deterministic ?? false;
   if (typeof deterministic !== "boolean") throw configError("adapter deterministic must be a boolean");
+  const snapshots = definition.snapshots ?? false;
+  if (typeof snapshots !== "boolean") throw configError("adapter snapshots must be a boolean");
+  if (snapshots && !deterministic) throw configError("adapter snapshots needs deterministic: true");
   const adapter = Object.freeze({
     ...extra,
     kind: "airlock.sandbox-adapter" as const,
@@ -197,6 +231,7 @@ export function makeSandboxAdapter<X extends object>(
     version,
     qualification,
     deterministic,
+    snapshots,
     isAvailable: () => isAvailable.call(definition),
     execute: (request: SandboxExecuteRequest) => execute.call(definition, request),
   });

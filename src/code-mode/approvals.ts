@@ -35,6 +35,8 @@ import {
   scopeHash,
 } from "./call-journal.ts";
 import { claim, startReplay } from "./journal-owner.ts";
+import { SNAPSHOT_MIN_CALLS } from "./journal-snapshots.ts";
+import { CODE_PROGRAM_LIMIT_RANGES } from "./program.ts";
 
 /** How long an approval request lives before the paused execution expires. */
 export const DEFAULT_CALL_APPROVAL_TTL_MS = 60 * 60 * 1000;
@@ -48,9 +50,21 @@ export interface CodeApprovalsOptions {
   verifyHuman: VerifyHuman;
   /** Default `DEFAULT_CALL_APPROVAL_TTL_MS`. */
   ttlMs?: number;
+  /**
+   * Calls before the paused one from which a paused program is captured, on an adapter that declares `snapshots`, so
+   * that its resume restores it instead of replaying them. Default `SNAPSHOT_MIN_CALLS`.
+   */
+  snapshotMinCalls?: number;
 }
 
-const OPTION_KEYS = optionKeys<CodeApprovalsOptions>({ store: true, verifyHuman: true, ttlMs: true });
+const OPTION_KEYS = optionKeys<CodeApprovalsOptions>({
+  store: true,
+  verifyHuman: true,
+  ttlMs: true,
+  snapshotMinCalls: true,
+});
+/** The largest `snapshotMinCalls`: no program may make more calls than this (its largest `maxToolCalls`). */
+const MAX_SNAPSHOT_MIN_CALLS = CODE_PROGRAM_LIMIT_RANGES.maxToolCalls[1];
 
 export interface CallApprovals {
   execute(
@@ -85,6 +99,10 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
   if (!Number.isSafeInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_CALL_APPROVAL_TTL_MS) {
     throw configError(`approvals.ttlMs must be an integer from 1 to ${MAX_CALL_APPROVAL_TTL_MS}`);
   }
+  const snapshotMinCalls = options.snapshotMinCalls ?? SNAPSHOT_MIN_CALLS;
+  if (!Number.isSafeInteger(snapshotMinCalls) || snapshotMinCalls < 0 || snapshotMinCalls > MAX_SNAPSHOT_MIN_CALLS) {
+    throw configError(`approvals.snapshotMinCalls must be an integer from 0 to ${MAX_SNAPSHOT_MIN_CALLS}`);
+  }
 
   /** A first attempt (`resume` false), or the continuation of a decided or abandoned one. */
   const start = async (
@@ -103,7 +121,15 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
       const state = resume
         ? await startReplay(store, scopeHash(context.scope), journalId(context.executionId), claimed.owner)
         : claimed.state;
-      return await runAttempt({ store, ttlMs }, program, context.scope, state, claimed.owner, attempt, adapter);
+      return await runAttempt(
+        { store, ttlMs, snapshotMinCalls },
+        program,
+        context.scope,
+        state,
+        claimed.owner,
+        attempt,
+        adapter,
+      );
     } catch (error) {
       return fromError(error);
     }

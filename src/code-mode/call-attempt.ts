@@ -6,6 +6,11 @@
  * journaled as awaiting, and the attempt ends there, waiting. A call that differs from the journal ends the attempt
  * with INTEGRITY_VIOLATION before anything acts; one journaled as dispatching and never marked (the process died in
  * between) is OUTCOME_UNKNOWN for a write or host tool, never sent again.
+ *
+ * An attempt that pauses after `snapshotMinCalls` calls or more (default SNAPSHOT_MIN_CALLS), on an adapter that declares `snapshots`, captures
+ * the run where it waits and keeps the snapshot beside the journal (journal-snapshots.ts); the next attempt restores
+ * it rather than running the program from its start, and its calls go through the same journal: those still open at
+ * the capture come again first (each checked against its entry and answered from it, or dispatched), then new ones.
  */
 import { domainDigest, type JsonValue } from "../json/index.ts";
 import { changesNothing, type Scope } from "../tools/define.ts";
@@ -16,6 +21,7 @@ import {
   type SandboxAdapter,
   type SandboxExecuteRequest,
   type SandboxResult,
+  type SandboxSnapshot,
   type SequencedCallResult,
   type ToolCallResult,
 } from "./adapter.ts";
@@ -24,6 +30,7 @@ import {
   approvalOf,
   argsOf,
   type CallApproval,
+  type Entry,
   foldEntries,
   type JournaledProgram,
   type JournaledTool,
@@ -36,6 +43,7 @@ import {
 } from "./call-journal.ts";
 import type { ExecutionEvidence } from "./evidence.ts";
 import { append, setState } from "./journal-owner.ts";
+import { dropSnapshot, type JournalSummary, readSnapshot, storeSnapshot } from "./journal-snapshots.ts";
 
 export type AttemptOutcome =
   | { status: "succeeded"; output: unknown; usage: object; evidence: readonly ExecutionEvidence[] }
@@ -84,15 +92,17 @@ async function needsApproval(tool: JournaledTool, input: unknown): Promise<boole
   }
 }
 
-/** What an attempt needs besides the program and its journal: the store and how long a request lives. */
+/** What an attempt needs besides the program and its journal: the store, how long a request lives, when to capture. */
 export interface AttemptContext {
   readonly store: ApprovalJournalStore;
   readonly ttlMs: number;
+  /** Calls before a pause from which the paused run is captured (on an adapter that declares `snapshots`). */
+  readonly snapshotMinCalls: number;
 }
 
 /** One attempt: replays the journal, runs on, and ends at the end of the program or at a call that needs approval. */
 export async function runAttempt(
-  { store, ttlMs }: AttemptContext,
+  { store, ttlMs, snapshotMinCalls }: AttemptContext,
   program: JournaledProgram,
   scope: Scope,
   state: JournalState,
@@ -102,20 +112,51 @@ export async function runAttempt(
 ): Promise<AttemptOutcome | WaitingOutcome> {
   const sh = scopeHash(scope);
   const id = journalId(state.executionId);
-  const journal = foldEntries(await readEvents(store, sh, id));
-  const toolsById = new Map(program.tools.map((tool) => [tool.id, tool]));
-  const maxArgs = program.limits.maxToolInputBytes;
-  let nextSeq = 1;
-  let lastNow = state.startedAt;
-  for (const entry of journal.values()) {
-    if (entry.state === "settled") {
-      nextSeq = Math.max(nextSeq, entry.seq + 1);
-      lastNow = Math.max(lastNow, entry.now);
+  const finish = async (status: JournalStatus, extra: Partial<JournalState> = {}) => {
+    await setState(store, sh, id, (journalState) => {
+      if (journalState.owner !== owner) return false;
+      Object.assign(journalState, extra, { status, owner: null });
+      return true;
+    }).catch(() => {});
+  };
+  // The snapshot of the last pause, when the adapter can restore one: read first, so that one changed at rest fails
+  // the execution before anything runs.
+  const kept = adapter.snapshots ? (state.snapshot ?? undefined) : undefined;
+  let snapshot: SandboxSnapshot | undefined;
+  let summary: JournalSummary | undefined;
+  if (kept !== undefined) {
+    try {
+      ({ snapshot, journal: summary } = await readSnapshot(store, sh, state.executionId, kept));
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== "INTEGRITY_VIOLATION") throw error;
+      await finish("failed");
+      throw error;
     }
   }
-  // The journaled calls settled from the first on are answered ahead, with the run; each is still checked below.
+  // From a snapshot, only the journal's events after it are read: its summary holds the entries of the calls the run
+  // had open, and the calls it had answered are inside the snapshot.
+  const read = await readEvents(store, sh, id, summary?.sequence ?? 0);
+  let readTo = read.at(-1)?.sequence ?? summary?.sequence ?? 0;
+  let journal = foldEntries(read, summary === undefined ? undefined : new Map(summary.entries));
+  const toolsById = new Map(program.tools.map((tool) => [tool.id, tool]));
+  const maxArgs = program.limits.maxToolInputBytes;
+  let nextSeq = summary?.nextSeq ?? 1;
+  let lastNow = Math.max(state.startedAt, summary?.lastNow ?? 0);
+  const advance = () => {
+    for (const entry of journal.values()) {
+      if (entry.state === "settled") {
+        nextSeq = Math.max(nextSeq, entry.seq + 1);
+        lastNow = Math.max(lastNow, entry.now);
+      }
+    }
+  };
+  advance();
+  /** Set when the sandbox could not restore the snapshot: the whole journal, read before the run's first call. */
+  let wholeJournal: Promise<void> | undefined;
+  // Without a snapshot, the journaled calls settled from the first on are answered ahead, with the run; each is still
+  // checked below. (A snapshot the sandbox cannot restore has its run answered call by call.)
   const answered: SequencedCallResult[] = [];
-  for (let entry = journal.get(1); entry?.state === "settled" && entry.result !== null; ) {
+  for (let entry = journal.get(1); snapshot === undefined && entry?.state === "settled" && entry.result !== null; ) {
     answered.push(Object.freeze({ result: entry.result, seq: entry.seq, now: entry.now }));
     entry = journal.get(answered.length + 1);
   }
@@ -126,6 +167,10 @@ export async function runAttempt(
   const consumed = new Set<number>();
   const inFlight = new Set<Promise<void>>();
   let fingerprint: string | null = state.fingerprint;
+  /** The snapshot the run continues, once the adapter said it restored it. */
+  let restored: SandboxSnapshot | undefined;
+  /** The snapshot of this attempt's pause, if it took one. */
+  let captured: SandboxSnapshot | null = null;
 
   const wrapped = makeSandboxAdapter(
     {
@@ -136,9 +181,18 @@ export async function runAttempt(
       isAvailable: () => adapter.isAvailable(),
       execute: async (request: SandboxExecuteRequest): Promise<SandboxResult> => {
         const stop = new AbortController();
-        const halt = (reason: Halt) => {
+        const capture = new AbortController();
+        let captureDone: () => void = () => {};
+        const captureSettled = new Promise<void>((resolve) => {
+          captureDone = resolve;
+        });
+        /** Stops the run; a pause that keeps a snapshot stops it once the snapshot was taken (or refused). */
+        const halt = (reason: Halt, keep = false) => {
           halted ??= reason;
-          stop.abort();
+          if (keep && halted === reason) {
+            capture.abort();
+            void captureSettled.then(() => stop.abort());
+          } else stop.abort();
         };
         // Journal writes and dispatches under way: an attempt ends only once they are settled and recorded.
         const track = <T>(work: Promise<T>): Promise<T> => {
@@ -165,11 +219,34 @@ export async function runAttempt(
               return settle(n, result);
             })(),
           );
+        /** The snapshot was not restored (another build): the program runs from its start, against the whole journal. */
+        const replayWhole = () => {
+          wholeJournal = readEvents(store, sh, id).then(
+            (events) => {
+              journal = foldEntries(events);
+              readTo = events.at(-1)?.sequence ?? 0;
+              advance();
+            },
+            (error: unknown) => halt({ kind: "lost", error }),
+          );
+        };
         let calls = 0;
+        /** The number of the program's next call: restored, the calls open at the capture come first, then new ones. */
+        const numberOf = (k: number): number => {
+          if (restored === undefined) return k;
+          const { open } = restored;
+          return k <= open.length ? (open[k - 1] as number) : restored.calls + (k - open.length);
+        };
         const call = (toolId: string, input: unknown): Promise<SequencedCallResult> => {
-          const n = ++calls;
+          // An adapter that gave the snapshot no word before this call runs the program from its start.
+          if (snapshot !== undefined && restored === undefined && wholeJournal === undefined) replayWhole();
+          const n = numberOf(++calls);
           if (halted !== null) return never();
           return (async (): Promise<SequencedCallResult> => {
+            if (wholeJournal !== undefined) {
+              await wholeJournal;
+              if (halted !== null) return never();
+            }
             const args = argsOf(input, maxArgs);
             const argsDigest = args.digest;
             const entry = journal.get(n);
@@ -230,21 +307,26 @@ export async function runAttempt(
                 }),
               );
               const { digest, expiresAt } = awaiting as { digest: string; expiresAt: number };
-              halt({
-                kind: "paused",
-                pending: {
-                  n,
-                  toolId,
-                  version: tool.version,
-                  inputDigest,
-                  digest,
-                  expiresAt,
-                  decision: null,
-                  humanId: null,
-                  // What the person approves, for whoever shows the request (`airlock runs show`, the gateway).
-                  ...(args.json === undefined ? {} : { input: args.json }),
+              // After many calls the paused run is kept, so that the resume need not replay them.
+              const keep = adapter.snapshots && n - 1 >= snapshotMinCalls;
+              halt(
+                {
+                  kind: "paused",
+                  pending: {
+                    n,
+                    toolId,
+                    version: tool.version,
+                    inputDigest,
+                    digest,
+                    expiresAt,
+                    decision: null,
+                    humanId: null,
+                    // What the person approves, for whoever shows the request (`airlock runs show`, the gateway).
+                    ...(args.json === undefined ? {} : { input: args.json }),
+                  },
                 },
-              });
+                keep,
+              );
               return never();
             }
             return dispatch(n, toolId, input, argsDigest, false);
@@ -266,6 +348,30 @@ export async function runAttempt(
                 if (fingerprint !== null && fingerprint !== value) halt({ kind: "diverged" });
                 fingerprint = value;
               },
+              ...(adapter.snapshots
+                ? {
+                    capture: Object.freeze({
+                      signal: capture.signal,
+                      done: (taken: SandboxSnapshot | null) => {
+                        captured = taken;
+                        captureDone();
+                      },
+                    }),
+                  }
+                : {}),
+              ...(snapshot === undefined
+                ? {}
+                : {
+                    restore: Object.freeze({
+                      snapshot,
+                      onRestored: (yes: boolean) => {
+                        // Heard once, before the first call (a later word changes nothing: see `call`).
+                        if (restored !== undefined || wholeJournal !== undefined || calls > 0) return;
+                        if (yes) restored = snapshot;
+                        else replayWhole();
+                      },
+                    }),
+                  }),
             }),
           }),
         );
@@ -280,12 +386,10 @@ export async function runAttempt(
   const attemptId = state.attempts <= 1 ? state.executionId : `${state.executionId}/resume-${state.attempts - 1}`;
   const outcome = await attempt(wrapped, attemptId);
   const unfinished = [...journal.keys()].some((n) => !consumed.has(n));
-  const finish = async (status: JournalStatus, extra: Partial<JournalState> = {}) => {
-    await setState(store, sh, id, (journalState) => {
-      if (journalState.owner !== owner) return false;
-      Object.assign(journalState, extra, { status, owner: null });
-      return true;
-    }).catch(() => {});
+  // The snapshot this attempt started from is of no use once the journal has moved on (or ended): its data goes.
+  const dropKept = async () => {
+    const previous = state.snapshot;
+    if (previous !== undefined && previous !== null) await dropSnapshot(store, sh, previous).catch(() => {});
   };
   const integrity = (): AttemptOutcome => {
     const code = "INTEGRITY_VIOLATION";
@@ -307,12 +411,32 @@ export async function runAttempt(
     };
   }
   if (halted?.kind === "diverged" || (halted === null && unfinished)) {
-    await finish("failed");
+    await finish("failed", { snapshot: null });
+    await dropKept();
     return integrity();
   }
   if (halted?.kind === "paused") {
     const pending = halted.pending;
-    await finish("waiting", { pending, fingerprint });
+    const taken = captured as SandboxSnapshot | null;
+    /** The journal as the snapshot's run left it (calls that were in flight at the capture settled since). */
+    const summarize = async (open: readonly number[]): Promise<JournalSummary> => {
+      const tail = await readEvents(store, sh, id, readTo);
+      const now = foldEntries(tail, journal);
+      const entries: [number, Entry][] = [];
+      for (const n of open) {
+        const entry = now.get(n);
+        if (entry !== undefined) entries.push([n, entry]);
+      }
+      return { sequence: tail.at(-1)?.sequence ?? readTo, nextSeq, lastNow, entries };
+    };
+    const ref =
+      taken === null
+        ? null
+        : await summarize(taken.open)
+            .then((summary) => storeSnapshot(store, sh, state.executionId, program.digest, pending.n, taken, summary))
+            .catch(() => null);
+    await finish("waiting", { pending, fingerprint, snapshot: ref });
+    await dropKept();
     return Object.freeze({
       status: "waiting" as const,
       approval: approvalOf(state.executionId, pending),
@@ -333,7 +457,8 @@ export async function runAttempt(
           evidence: outcome.evidence,
         }
       : outcome;
-  await finish(final.status, { pending: null, fingerprint });
+  await finish(final.status, { pending: null, fingerprint, snapshot: null });
+  await dropKept();
   return final;
 }
 

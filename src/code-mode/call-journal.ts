@@ -134,6 +134,27 @@ export interface JournalState {
   leaseUntil: number;
   attempts: number;
   pending: Pending | null;
+  /** The snapshot of the program where it paused last (journal-snapshots.ts), if one was kept. */
+  snapshot?: SnapshotRef | null;
+}
+
+/** What the journal's state keeps of a snapshot: where it is, the paused call it was taken at, its digest. */
+export interface SnapshotRef {
+  id: string;
+  n: number;
+  digest: string;
+}
+
+function isSnapshotRef(value: unknown): value is SnapshotRef {
+  const ref = value as SnapshotRef;
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    typeof ref.id === "string" &&
+    isCount(ref.n) &&
+    typeof ref.digest === "string" &&
+    Object.keys(value).length === 3
+  );
 }
 
 /** A journaled call, as the entries of the journal say. */
@@ -174,27 +195,36 @@ export function checkJournal(record: JournalRecord): JournalState {
     !isCount(state.startedAt) ||
     !isCount(state.seed) ||
     !isCount(state.attempts) ||
-    typeof state.status !== "string"
+    typeof state.status !== "string" ||
+    (state.snapshot !== undefined && state.snapshot !== null && !isSnapshotRef(state.snapshot))
   ) {
     throw new AirlockError("STORAGE_UNAVAILABLE", "a stored call journal does not check out");
   }
   return state;
 }
 
-/** Reads every event of a journal, in order (up to MAX_JOURNAL_ENTRIES). */
-export async function readEvents(store: ApprovalJournalStore, sh: string, id: string): Promise<JournalEvent[]> {
+/** Reads the events of a journal after sequence number `after` (all by default), in order (up to MAX_JOURNAL_ENTRIES). */
+export async function readEvents(
+  store: ApprovalJournalStore,
+  sh: string,
+  id: string,
+  after = 0,
+): Promise<JournalEvent[]> {
   const events: JournalEvent[] = [];
   for (;;) {
-    const page = await store.events(sh, id, events.at(-1)?.sequence ?? 0);
+    const page = await store.events(sh, id, events.at(-1)?.sequence ?? after);
     if (page.length === 0) return events;
     events.push(...page);
     if (events.length > MAX_JOURNAL_ENTRIES) throw new AirlockError("LIMIT_EXCEEDED", "the call journal is too long");
   }
 }
 
-/** The journal's events as one entry per call number: the last word on each call wins. */
-export function foldEntries(events: readonly JournalEvent[]): Map<number, Entry> {
-  const entries = new Map<number, Entry>();
+/**
+ * The journal's events as one entry per call number: the last word on each call wins. `from`: the entries the events
+ * before these came to (a snapshot's summary of the journal, journal-snapshots.ts), which they go on from.
+ */
+export function foldEntries(events: readonly JournalEvent[], from?: ReadonlyMap<number, Entry>): Map<number, Entry> {
+  const entries = new Map<number, Entry>(from);
   for (const event of events) {
     const data = event.data as Record<string, unknown>;
     const n = data.n;

@@ -1,4 +1,6 @@
 /** `airlock-codemode/code-mode`: programs with digests, the executor, and sandbox adapters. */
+
+export { MAX_SNAPSHOT_BYTES } from "../engine/limits.ts";
 export {
   defineSandboxAdapter,
   isSandboxAdapter,
@@ -12,6 +14,7 @@ export {
   type SandboxProgram,
   type SandboxQualification,
   type SandboxResult,
+  type SandboxSnapshot,
   type SandboxToolsBridge,
   type SequencedCallResult,
   type ToolCallResult,
@@ -45,6 +48,7 @@ export {
   createCodeMode,
   type ResumableExecutionOutcome,
 } from "./executor.ts";
+export { SNAPSHOT_MIN_CALLS } from "./journal-snapshots.ts";
 export {
   type CodeExecutionOutcome,
   type CodeUsage,

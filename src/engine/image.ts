@@ -45,8 +45,23 @@ export type ImageSegment =
   | { from: number; to: number; zero: true }
   | { from: number; to: number; zero: false; data: Uint8Array };
 
+/**
+ * An instance's memory as a snapshot keeps it (snapshot.ts): its size, the globals a reset restores, and only the
+ * pages that are not all zero.
+ */
+export interface MemoryPages {
+  byteLength: number;
+  stackPointer: number;
+  runtimePtr: number;
+  contextPtr: number;
+  /** [from, to) byte ranges of the pages kept, flat: 4 KiB aligned, increasing, within `byteLength`. */
+  ranges: number[];
+  /** Their bytes, range after range. */
+  data: Uint8Array;
+}
+
 /** The unit of an image's segments and of the zero-page checks. */
-const PAGE_BYTES = 4096;
+export const PAGE_BYTES = 4096;
 /** The unit of write tracking (see write-tracking.ts). */
 const BLOCK_BYTES = 1 << BLOCK_SHIFT;
 /** Bytes at the start of the block after a written one that a store straddling the boundary may have reached. */
@@ -90,6 +105,43 @@ export class InstanceMemory {
       stackPointer: ex.__stack_pointer.value as number,
       runtimePtr: ex.qjs_get_runtime_ptr(),
       contextPtr: ex.qjs_get_context_ptr(),
+    };
+  }
+
+  /**
+   * The memory as pages (see MemoryPages), leaving the instance and its write tracking as they are; undefined when the
+   * pages that are not all zero hold more than `maxBytes`. The write-tracking map is left out: it is the reset's
+   * bookkeeping, not the VM's state (a VM restored from the pages restores its whole memory after its run).
+   */
+  pages(maxBytes: number): MemoryPages | undefined {
+    const ex = this.exports;
+    const memory = new Uint8Array(ex.memory.buffer);
+    const words = new Int32Array(memory.buffer, 0, memory.byteLength / 4);
+    const ranges: number[] = [];
+    let kept = 0;
+    for (let from = 0; from < memory.byteLength; from += PAGE_BYTES) {
+      if (this.tracksWrites && from >= MAP_BASE && from < MAP_BASE + MAP_BLOCKS) continue;
+      if (isZeroPage(words, from)) continue;
+      kept += PAGE_BYTES;
+      if (kept > maxBytes) return undefined;
+      if (ranges.length > 0 && ranges[ranges.length - 1] === from) ranges[ranges.length - 1] = from + PAGE_BYTES;
+      else ranges.push(from, from + PAGE_BYTES);
+    }
+    const data = new Uint8Array(kept);
+    let at = 0;
+    for (let i = 0; i < ranges.length; i += 2) {
+      const from = ranges[i] as number;
+      const to = ranges[i + 1] as number;
+      data.set(memory.subarray(from, to), at);
+      at += to - from;
+    }
+    return {
+      byteLength: memory.byteLength,
+      stackPointer: ex.__stack_pointer.value as number,
+      runtimePtr: ex.qjs_get_runtime_ptr(),
+      contextPtr: ex.qjs_get_context_ptr(),
+      ranges,
+      data,
     };
   }
 
@@ -224,19 +276,20 @@ export class InstanceMemory {
   }
 }
 
+/** Whether the 4 KiB page at byte `from` of `words` (the memory as 32-bit words) is all zero. */
+function isZeroPage(words: Int32Array, from: number): boolean {
+  const end = (from + PAGE_BYTES) >> 2;
+  for (let i = from >> 2; i < end; i++) if (words[i] !== 0) return false;
+  return true;
+}
+
 /** Splits memory into runs of 4 KiB pages that are all zero or not, zero runs first; data runs get a copy. */
 function segmentsOf(memory: Uint8Array): ImageSegment[] {
   const page = PAGE_BYTES;
-  const words = new BigUint64Array(memory.buffer, memory.byteOffset, memory.byteLength / 8);
+  const words = new Int32Array(memory.buffer, memory.byteOffset, memory.byteLength / 4);
   const runs: { from: number; to: number; zero: boolean }[] = [];
   for (let from = 0; from < memory.byteLength; from += page) {
-    let zero = true;
-    for (let i = from / 8; i < (from + page) / 8; i++) {
-      if (words[i] !== 0n) {
-        zero = false;
-        break;
-      }
-    }
+    const zero = isZeroPage(words, from);
     const last = runs[runs.length - 1];
     if (last && last.zero === zero) last.to = from + page;
     else runs.push({ from, to: from + page, zero });
@@ -248,6 +301,39 @@ function segmentsOf(memory: Uint8Array): ImageSegment[] {
     else data.push({ from, to, zero, data: memory.slice(from, to) });
   }
   return [...zeros, ...data];
+}
+
+/**
+ * Pages (see MemoryPages) as an image a reset restores, or undefined when they do not describe one: ranges out of
+ * order, unaligned, past the size, or other than the bytes given.
+ */
+export function imageOfPages(pages: MemoryPages): MemoryImage | undefined {
+  const { byteLength, ranges, data } = pages;
+  if (byteLength % 65536 !== 0 || ranges.length % 2 !== 0) return undefined;
+  const zeros: ImageSegment[] = [];
+  const kept: ImageSegment[] = [];
+  let end = 0;
+  let at = 0;
+  for (let i = 0; i < ranges.length; i += 2) {
+    const from = ranges[i] as number;
+    const to = ranges[i + 1] as number;
+    if (from % PAGE_BYTES !== 0 || to % PAGE_BYTES !== 0 || from < end || to <= from || to > byteLength) {
+      return undefined;
+    }
+    if (from > end) zeros.push({ from: end, to: from, zero: true });
+    kept.push({ from, to, zero: false, data: data.subarray(at, at + to - from) });
+    at += to - from;
+    end = to;
+  }
+  if (at !== data.byteLength) return undefined;
+  if (end < byteLength) zeros.push({ from: end, to: byteLength, zero: true });
+  return {
+    byteLength,
+    stackPointer: pages.stackPointer,
+    runtimePtr: pages.runtimePtr,
+    contextPtr: pages.contextPtr,
+    segments: [...zeros, ...kept],
+  };
 }
 
 const blockSources = new WeakMap<MemoryImage, (Uint8Array | undefined)[]>();

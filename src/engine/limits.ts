@@ -40,6 +40,13 @@ export const INLINE_MAX_STACK_SIZE = 256 * 1024;
 export const WORKER_MAX_STACK_SIZE = 512 * 1024;
 export const WORKER_STACK_SIZE_MB = 8;
 
+/**
+ * Bytes of a paused program's VM memory (its pages that are not all zero) one snapshot holds at most: the heap may
+ * reach the program's `memoryBytes`, and a larger VM is not captured (its program resumes by replay). As base64 in a
+ * message or a stored record it takes a third more, within every channel's and store's limits.
+ */
+export const MAX_SNAPSHOT_BYTES = 8 * 1024 * 1024;
+
 /** Free heap the post-prelude image keeps, so that ordinary allocations do not grow the memory. */
 export const IMAGE_HEAP_HEADROOM_BYTES = 1024 * 1024;
 

@@ -118,8 +118,50 @@ export function fillRandom(bytes: Uint8Array | Uint32Array): void {
 
 interface NodeBuffer {
   byteLength(value: string, encoding: "utf8"): number;
+  from(bytes: ArrayBufferLike, offset: number, length: number): { toString(encoding: "base64"): string };
+  from(text: string, encoding: "base64"): Uint8Array;
 }
 const nodeBuffer = (globalThis as { Buffer?: NodeBuffer }).Buffer;
+
+/** Characters of base64 `btoa` gets at a time where there is no Buffer (a multiple of 3 bytes). */
+const BASE64_CHUNK_BYTES = 3 * 8192;
+
+/** Bytes as base64 text: Node's Buffer where there is one, else `btoa` in chunks. */
+export function bytesToBase64(bytes: Uint8Array): string {
+  if (nodeBuffer) return nodeBuffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
+  let text = "";
+  for (let at = 0; at < bytes.byteLength; at += BASE64_CHUNK_BYTES) {
+    const chunk = bytes.subarray(at, Math.min(bytes.byteLength, at + BASE64_CHUNK_BYTES));
+    text += btoa(String.fromCharCode(...chunk));
+  }
+  return text;
+}
+
+/**
+ * Base64 text (padded, without white space) as bytes, or undefined when it is not base64: Node's Buffer, which skips
+ * what is not base64, gives fewer bytes than the text's length says then; `atob` throws.
+ */
+export function base64ToBytes(text: string): Uint8Array | undefined {
+  if (text.length % 4 !== 0) return undefined;
+  const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
+  const expected = (text.length / 4) * 3 - padding;
+  if (nodeBuffer) {
+    const decoded = nodeBuffer.from(text, "base64");
+    return decoded.byteLength === expected
+      ? new Uint8Array(decoded.buffer, decoded.byteOffset, decoded.byteLength)
+      : undefined;
+  }
+  let binary: string;
+  try {
+    binary = atob(text);
+  } catch {
+    return undefined;
+  }
+  if (binary.length !== expected) return undefined;
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
 
 /** The UTF-8 length of a string (lone surrogates count as the 3 bytes of U+FFFD, as an encoder writes them). */
 export const utf8Length: (value: string) => number = nodeBuffer

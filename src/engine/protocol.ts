@@ -6,6 +6,7 @@
  * too, so that a VM side never acts on a message it misread.
  */
 import type { CodemodeError, CodemodeOutputItem } from "../types.ts";
+import { MAX_SNAPSHOT_BYTES } from "./limits.ts";
 import { sha256Base64Url } from "./platform.ts";
 
 /** Name and version of the protocol; either side refuses a peer that announces another. */
@@ -51,6 +52,13 @@ export interface RunRequest {
    * waiting for the host; it still sends every call, and the host checks it (and stops the run) as it comes.
    */
   answers: PreAnswer[] | null;
+  /**
+   * Deterministic program runs only: a snapshot of an earlier run of this program where it waited on its calls (see
+   * the `snapshot` command), or null. A VM side whose snapshot key is the snapshot's continues that run from there
+   * (`started.restored` true: no call it made before is made again, and `answers` are not used); any other runs the
+   * program from its start as without (`started.restored` false).
+   */
+  restore: VmSnapshot | null;
   /**
    * Set for a program: `code` is a function expression `async (input, tools) => ...`, called with the parsed input
    * and a `tools` object whose `call(toolId, input)` resolves to whatever the host answers. A program sees no other
@@ -107,6 +115,7 @@ export function placedRequest(request: UnplacedRequest, placement: Placement): R
     journal: placement.journal,
     replayClock: placement.replayClock,
     answers: request.answers,
+    restore: request.restore,
     program: request.program,
   };
 }
@@ -117,6 +126,47 @@ export interface PreAnswer {
   seq: number;
   now: number;
 }
+
+/**
+ * A deterministic program run captured between two of its turns: its VM's memory and the runner's state of the run.
+ * The memory holds everything the program has (its heap, its pending promises, its random generator's state); the
+ * run state is what the runner keeps of it outside the memory (its calls so far and those still open, the next result
+ * number, the clock). Program runs have no output and store no values, so there is none of either to keep.
+ */
+export interface VmSnapshot {
+  /**
+   * Which VM sides may restore it: the hex SHA-256 of the module's digest (module-digest.ts), the prelude's and the
+   * versions of quickjs-wasi and QuickJS. A VM side with another key runs the program from its start instead.
+   */
+  key: string;
+  memory: {
+    /** The memory's size, a whole number of 64 KiB wasm pages. */
+    byteLength: number;
+    stackPointer: number;
+    runtimePtr: number;
+    contextPtr: number;
+    /** Where the prelude's entry points are in this memory (quickjs-wasi handle tokens). */
+    entries: { configure: number; prepare: number; start: number; settle: number };
+    /** [from, to) byte ranges of the pages that are not all zero, flat: 4 KiB aligned, increasing. */
+    ranges: number[];
+    /** Their bytes, range after range, as base64. */
+    data: string;
+  };
+  run: {
+    /** Calls the run made so far (the next gets number calls + 1). */
+    calls: number;
+    /** The result number it applies next (those before it are applied). */
+    nextSeq: number;
+    /** Its clock. */
+    clockNow: number;
+    /** Its calls still waiting for their results, in order. */
+    open: { id: number; target: "tool" | "global"; name: string; args?: string }[];
+  };
+}
+
+/** Why a VM side took no snapshot: over MAX_SNAPSHOT_BYTES, no module digest to bind it to, or not a program waiting. */
+export type SnapshotRefusal = "too_large" | "unkeyed" | "not_capturable";
+export const SNAPSHOT_REFUSALS: readonly SnapshotRefusal[] = ["too_large", "unkeyed", "not_capturable"];
 
 /** What the script environment of a run offers: the same for many runs of a sandbox. */
 export interface ConfigurationContent {
@@ -196,12 +246,16 @@ export interface During {
 
 /** Run events: VM side -> host, about one run. */
 export type VmEvent =
-  | { type: "started"; exec: number; fingerprint: string }
+  /** `restored`: the run continues from its request's snapshot (see RunRequest.restore). */
+  | { type: "started"; exec: number; fingerprint: string; restored: boolean }
   | { type: "call"; exec: number; id: number; target: "tool" | "global"; name: string; args: string | undefined }
   | { type: "output"; exec: number; item: CodemodeOutputItem }
   | { type: "idle"; exec: number; seq: number; issued: number }
   /** Clock values the run read since its last message (null: more than a journal keeps; it cannot be replayed). */
   | { type: "clock"; exec: number; reads: number[] | null }
+  /** The run captured, as the `snapshot` command asked, or why not. */
+  | { type: "snapshot"; exec: number; snapshot: VmSnapshot; refused: null }
+  | { type: "snapshot"; exec: number; snapshot: null; refused: SnapshotRefusal }
   | { type: "done"; exec: number; result: RunResult };
 
 /** Messages of the VM side about itself. */
@@ -220,7 +274,12 @@ export type VmMessage = VmEvent | VmStatus;
 export type HostCommand =
   | { type: "run"; request: RunRequest }
   | { type: "settle"; exec: number; id: number; outcome: CallOutcome; seq: number | null; now: number | null }
-  | { type: "stop"; exec: number; reason: StopReason };
+  | { type: "stop"; exec: number; reason: StopReason }
+  /**
+   * Capture run `exec` (a deterministic program run) between two of its turns, as it is then: the VM side answers
+   * with one `snapshot` event, and the run goes on.
+   */
+  | { type: "snapshot"; exec: number };
 
 export type StopReason = "timeout" | "aborted";
 
@@ -295,8 +354,21 @@ export function parseVmEvent(value: unknown): VmEvent {
   if (!isInt(m.exec)) throw new ProtocolError("a VM message has no valid exec id");
   switch (m.type) {
     case "started":
-      exactKeys(m, ["type", "exec", "fingerprint"], "started");
-      if (!isStr(m.fingerprint)) throw new ProtocolError("started.fingerprint is not a string");
+      exactKeys(m, ["type", "exec", "fingerprint", "restored"], "started");
+      if (!isStr(m.fingerprint) || typeof m.restored !== "boolean") {
+        throw new ProtocolError("started has fields of the wrong type");
+      }
+      break;
+    case "snapshot":
+      exactKeys(m, ["type", "exec", "snapshot", "refused"], "snapshot");
+      if (m.snapshot === null) {
+        if (!SNAPSHOT_REFUSALS.includes(m.refused as SnapshotRefusal)) {
+          throw new ProtocolError("snapshot.refused is not a known reason");
+        }
+      } else {
+        if (m.refused !== null) throw new ProtocolError("a snapshot event gives a snapshot and a refusal");
+        checkSnapshot(m.snapshot, "snapshot.snapshot");
+      }
       break;
     case "call":
       exactKeys(m, ["type", "exec", "id", "target", "name", "args"], "call");
@@ -397,6 +469,10 @@ export function parseHostCommand(value: unknown): HostCommand {
         throw new ProtocolError("stop has fields of the wrong type");
       }
       break;
+    case "snapshot":
+      exactKeys(m, ["type", "exec"], "snapshot");
+      if (!isInt(m.exec)) throw new ProtocolError("snapshot has no valid exec id");
+      break;
     default:
       throw new ProtocolError("a host command has an unknown type");
   }
@@ -434,6 +510,72 @@ function checkAnswers(r: Record<string, unknown>): void {
   }
 }
 
+/** Base64 characters of a snapshot's memory at most (MAX_SNAPSHOT_BYTES of pages). */
+const MAX_SNAPSHOT_DATA_CHARS = Math.ceil(MAX_SNAPSHOT_BYTES / 3) * 4;
+/** The largest memory of a wasm32 instance. */
+const MAX_MEMORY_BYTES = 2 ** 32;
+
+/**
+ * Checks a snapshot's shape (see VmSnapshot): exact fields and types, the memory's pages in order within its size and
+ * as many bytes as they say, the open calls in order among the calls made. Whether the VM side can restore it is the
+ * VM side's to say (its key, the bytes' base64).
+ */
+export function checkSnapshot(value: unknown, what: string): void {
+  const wrong = (why: string) => new ProtocolError(`${what} ${why}`);
+  const s = object(value, what);
+  exactKeys(s, ["key", "memory", "run"], what);
+  if (!isStr(s.key) || !/^[0-9a-f]{64}$/.test(s.key)) throw wrong("has no valid key");
+  const m = object(s.memory, `${what}.memory`);
+  exactKeys(
+    m,
+    ["byteLength", "stackPointer", "runtimePtr", "contextPtr", "entries", "ranges", "data"],
+    `${what}.memory`,
+  );
+  const byteLength = m.byteLength;
+  if (!isInt(byteLength) || byteLength === 0 || byteLength % 65536 !== 0 || byteLength > MAX_MEMORY_BYTES) {
+    throw wrong("has a memory of no valid size");
+  }
+  for (const field of ["stackPointer", "runtimePtr", "contextPtr"] as const) {
+    if (!isInt(m[field]) || (m[field] as number) >= byteLength) throw wrong(`has no valid memory.${field}`);
+  }
+  const entries = object(m.entries, `${what}.memory.entries`);
+  exactKeys(entries, ["configure", "prepare", "start", "settle"], `${what}.memory.entries`);
+  for (const name of ["configure", "prepare", "start", "settle"]) {
+    if (!isInt(entries[name])) throw wrong(`has no valid memory.entries.${name}`);
+  }
+  if (!Array.isArray(m.ranges) || m.ranges.length % 2 !== 0 || !isStr(m.data)) throw wrong("has no valid pages");
+  let end = 0;
+  let bytes = 0;
+  for (let i = 0; i < m.ranges.length; i += 2) {
+    const from = m.ranges[i];
+    const to = m.ranges[i + 1];
+    if (!isInt(from) || !isInt(to) || from % 4096 !== 0 || to % 4096 !== 0 || from < end || to <= from) {
+      throw wrong("has pages out of order");
+    }
+    if (to > byteLength) throw wrong("has pages past its memory");
+    bytes += to - from;
+    end = to;
+  }
+  if (bytes > MAX_SNAPSHOT_BYTES || m.data.length > MAX_SNAPSHOT_DATA_CHARS) throw wrong("is over MAX_SNAPSHOT_BYTES");
+  if (m.data.length !== Math.ceil(bytes / 3) * 4) throw wrong("has other bytes than its pages say");
+  const r = object(s.run, `${what}.run`);
+  exactKeys(r, ["calls", "nextSeq", "clockNow", "open"], `${what}.run`);
+  if (!isInt(r.calls) || !isInt(r.nextSeq) || r.nextSeq === 0 || !isFiniteNumber(r.clockNow)) {
+    throw wrong("has no valid run state");
+  }
+  if (!Array.isArray(r.open) || r.open.length > r.calls) throw wrong("has no valid open calls");
+  let last = 0;
+  for (const entry of r.open as unknown[]) {
+    const c = object(entry, `${what}.run.open[]`);
+    exactKeys(c, ["id", "target", "name", "args"], `${what}.run.open[]`);
+    if (!isInt(c.id) || c.id <= last || c.id > r.calls) throw wrong("has open calls out of order");
+    if ((c.target !== "tool" && c.target !== "global") || !isStr(c.name) || !isOptStr(c.args)) {
+      throw wrong("has an open call of the wrong shape");
+    }
+    last = c.id;
+  }
+}
+
 const REQUEST_KEYS = [
   "exec",
   "slot",
@@ -450,6 +592,7 @@ const REQUEST_KEYS = [
   "journal",
   "replayClock",
   "answers",
+  "restore",
   "program",
 ];
 
@@ -484,6 +627,12 @@ function checkRequest(r: Record<string, unknown>): void {
     throw wrong("replayClock");
   }
   checkAnswers(r);
+  if (r.restore !== null) {
+    if (r.deterministic === null || r.program === null) {
+      throw new ProtocolError("run.request.restore is given for a run that is not a deterministic program");
+    }
+    checkSnapshot(r.restore, "run.request.restore");
+  }
   if (r.program !== null) {
     const p = object(r.program, "run.request.program");
     exactKeys(p, ["input"], "run.request.program");

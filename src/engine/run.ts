@@ -19,16 +19,27 @@ import {
   type RunResult,
   type StopReason,
   type VmEvent,
+  type VmSnapshot,
 } from "./protocol.ts";
 import { rpcBytes } from "./rpc-bytes.ts";
 import { cleanStack, wrapperColumns } from "./script-wrapper.ts";
 import type { HostArgs, Primitive } from "./values.ts";
 import { type GuestVm, Interrupted, JSException, Preempted, type VmClock, type VmImage } from "./vm.ts";
 
+/** A call of the run that waits for its result. */
+interface OpenCall {
+  target: "tool" | "global";
+  name: string;
+  /** Its arguments as sent (kept by reference, for a snapshot of the run); their characters count as held. */
+  args: string | undefined;
+}
+
 export class VmRun {
   nextCallId = 0;
-  /** Open calls: id -> characters of their arguments, which count against the memory limit while open. */
-  readonly pending = new Map<number, number>();
+  /** Open calls by id: their arguments count against the memory limit while open. */
+  readonly pending = new Map<number, OpenCall>();
+  /** The run continues a snapshot (RunRequest.restore): the request's answers are for a run from the start. */
+  restored = false;
   /** Characters of open calls' arguments and of output so far: what the run holds outside its VM heap. */
   private held = 0;
   private outputChars = 0;
@@ -175,11 +186,11 @@ export class VmRun {
     }
     this.held += size;
     this.nextCallId = event.id;
-    this.pending.set(event.id, size);
+    this.pending.set(event.id, { target, name, args: json });
     if (this.during) this.during = { seq: this.during.seq, issued: this.nextCallId };
     this.emit(event);
     // Answered ahead by the request: applied in its turn, as a settle that came with it (see VmRunner.applyInOrder).
-    const answer = this.request.answers?.[event.id - 1];
+    const answer = this.restored ? undefined : this.request.answers?.[event.id - 1];
     if (answer !== undefined) {
       this.early.set(answer.seq, { id: event.id, outcome: answer.outcome, now: answer.now, answered: true });
     }
@@ -219,12 +230,37 @@ export class VmRun {
 
   /** Hands a call's outcome to the script (the caller enters the VM for it). */
   applyOutcome(id: number, outcome: CallOutcome): void {
-    const size = this.pending.get(id);
-    if (size === undefined) return;
+    const call = this.pending.get(id);
+    if (call === undefined) return;
     this.pending.delete(id);
-    this.held -= size;
+    this.held -= call.args?.length ?? 0;
     if (outcome.ok) this.vm.callEntry("settle", id, true, outcome.value, undefined);
     else this.vm.callEntry("settle", id, false, outcome.message, outcome.properties);
+  }
+
+  // ---- snapshots ----
+
+  /** The runner's state of the run, for a snapshot between two of its turns (see VmSnapshot.run). */
+  snapshotState(): VmSnapshot["run"] {
+    const open: VmSnapshot["run"]["open"] = [];
+    for (const [id, call] of this.pending) {
+      open.push({ id, target: call.target, name: call.name, ...(call.args === undefined ? {} : { args: call.args }) });
+    }
+    open.sort((a, b) => a.id - b.id);
+    return { calls: this.nextCallId, nextSeq: this.nextSeq, clockNow: this.clockNow, open };
+  }
+
+  /** Takes the state a snapshot kept (the VM already holds its memory): the run goes on from there. */
+  restoreState(state: VmSnapshot["run"]): void {
+    this.restored = true;
+    this.nextCallId = state.calls;
+    this.nextSeq = state.nextSeq;
+    this.clockNow = state.clockNow;
+    for (const { id, target, name, args } of state.open) {
+      this.pending.set(id, { target, name, args });
+      this.held += args?.length ?? 0;
+    }
+    this.during = { seq: state.nextSeq - 1, issued: state.calls };
   }
 
   // ---- limits ----

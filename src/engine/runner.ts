@@ -15,11 +15,13 @@ import {
   StopCode,
   type StopReason,
   type VmEvent,
+  type VmSnapshot,
 } from "./protocol.ts";
 import { randomWords, seedWords } from "./random.ts";
 import { runFailure, stopFailure, VmRun } from "./run.ts";
 import { ScriptCache } from "./script-cache.ts";
 import { describeCompileError, wrappedSource } from "./script-wrapper.ts";
+import { captureRun } from "./snapshot.ts";
 import { JSException, type VmImage, type VmOptions } from "./vm.ts";
 import { type Queued, VmPool } from "./vm-pool.ts";
 
@@ -138,7 +140,28 @@ export class VmRunner {
         this.noteHandled(this.slotOf(command.exec));
         this.stop(command.exec, command.reason);
         break;
+      case "snapshot":
+        this.snapshot(command.exec);
+        break;
     }
+  }
+
+  /** Captures a run between two of its turns (see the `snapshot` command); one that waits for a VM does so once begun. */
+  private snapshot(exec: number): void {
+    const run = this.runs.get(exec);
+    if (!run) {
+      // Handled (and counted) once the run has its VM; a run that ended already said `done`.
+      this.vms.waitingRun(exec)?.early.push({ type: "snapshot", exec });
+      return;
+    }
+    this.noteHandled(run.request.slot);
+    if (run.ended) return;
+    const captured = captureRun(run, this.vms.snapshotKey, this.options.maxMessageBytes);
+    run.emit(
+      typeof captured === "string"
+        ? { type: "snapshot", exec, snapshot: null, refused: captured }
+        : { type: "snapshot", exec, snapshot: captured, refused: null },
+    );
   }
 
   private noteHandled(slot: number | undefined): void {
@@ -158,12 +181,13 @@ export class VmRunner {
   // ---- one execution ----
 
   private begin(queued: Queued, vm: VmRun["vm"], image: VmImage): void {
-    const { request, configured } = queued;
+    const { request, configured, restore } = queued;
     const run = new VmRun(
       request,
       configured,
       vm,
-      image,
+      // A run from a snapshot goes back to its configuration's image afterwards, never to the snapshot's.
+      restore === undefined ? image : this.vms.imageFor(request.configuration.key),
       queued.deadline,
       (event) => this.options.emit(event),
       this.options.maxMessageBytes,
@@ -177,12 +201,20 @@ export class VmRunner {
     vm.hostCallback = (args) => run.hostCall(args);
     vm.clock = run.clock;
     if (request.deterministic) {
-      run.emit({ type: "started", exec: request.exec, fingerprint: this.fingerprint(request) });
+      const restored = restore !== undefined && request.restore !== null;
+      if (restored) run.restoreState((request.restore as VmSnapshot).run);
+      run.emit({ type: "started", exec: request.exec, fingerprint: this.fingerprint(request), restored });
       // Stopped from the host's onStarted hook (inline, the event is handled synchronously): the VM went back already.
       if (run.ended) return;
     }
-    this.enter(run, () => this.startScript(run));
-    if (request.answers !== null) this.applyInOrder(run);
+    if (run.restored) {
+      // The VM is where the snapshot left it, waiting on its open calls: no turn to run until a result comes.
+      this.afterTurn(run, undefined);
+      this.flushDeferred();
+    } else {
+      this.enter(run, () => this.startScript(run));
+      if (request.answers !== null) this.applyInOrder(run);
+    }
     for (const command of queued.early) this.handle(command);
   }
 
@@ -298,15 +330,19 @@ export class VmRunner {
       }
     }
     run.checkCpuAfterTurn();
-    if (!run.ended) {
-      const result = run.endAfterTurn(crash);
-      if (result) this.end(run, result);
-      // A run whose next result the request answered does not wait for the host: no idle.
-      else if (run.during && run.early.get(run.nextSeq)?.answered !== true) {
-        run.emit({ type: "idle", exec: run.request.exec, seq: run.during.seq, issued: run.during.issued });
-      }
-    }
+    this.afterTurn(run, crash);
     this.flushDeferred();
+  }
+
+  /** What a run does after a turn: end (its result, a limit, a crash, nothing left to wait on) or wait for results. */
+  private afterTurn(run: VmRun, crash: RunResult | undefined): void {
+    if (run.ended) return;
+    const result = run.endAfterTurn(crash);
+    if (result) this.end(run, result);
+    // A run whose next result the request answered does not wait for the host: no idle.
+    else if (run.during && run.early.get(run.nextSeq)?.answered !== true) {
+      run.emit({ type: "idle", exec: run.request.exec, seq: run.during.seq, issued: run.during.issued });
+    }
   }
 
   private flushDeferred(): void {

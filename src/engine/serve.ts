@@ -61,6 +61,13 @@ export function messageChars(message: VmMessage): number {
       return 256 + (message.result.ok ? (message.result.value?.length ?? 0) + (message.result.writes?.length ?? 0) : 0);
     case "clock":
       return 64 + 24 * (message.reads?.length ?? 0);
+    case "snapshot": {
+      const snapshot = message.snapshot;
+      if (snapshot === null) return 64;
+      let chars = 1024 + snapshot.memory.data.length + 12 * snapshot.memory.ranges.length;
+      for (const call of snapshot.run.open) chars += 64 + call.name.length + (call.args?.length ?? 0);
+      return chars;
+    }
     default:
       return 64;
   }

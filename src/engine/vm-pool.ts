@@ -3,9 +3,11 @@
  * path), replaced when their memory grew, and images captured after `configure` for configurations seen again.
  */
 import { MANY_ZERO_PAGES } from "./image.ts";
+import { moduleDigestOf } from "./module-digest.ts";
 import { runSoon } from "./platform.ts";
 import type { ConfigurationContent, HostCommand, RunRequest } from "./protocol.ts";
 import { RepeatCache } from "./repeat-cache.ts";
+import { snapshotImage, snapshotKey } from "./snapshot.ts";
 import { GuestVm, type VmImage, type VmOptions } from "./vm.ts";
 
 /** VMs booted besides the first, so that executions in a row need not wait for a reset. */
@@ -31,6 +33,8 @@ export interface Queued {
    * are handled, in order, once it began.
    */
   early: HostCommand[];
+  /** The image of the run's snapshot it continues from (RunRequest.restore), when this VM side can restore it. */
+  restore: VmImage | undefined;
 }
 
 export interface VmPoolOwner {
@@ -69,6 +73,7 @@ export class VmPool {
   async init(): Promise<void> {
     const { vm, image } = await GuestVm.boot(this.options);
     this.image = image;
+    this.snapshotKey = snapshotKey(moduleDigestOf(this.options.module), image);
     if (!vm.reset(image)) throw new Error("a freshly booted VM could not be reset");
     this.idle.push(vm);
     this.vmCount = 1;
@@ -78,6 +83,9 @@ export class VmPool {
       this.vmCount++;
     }
   }
+
+  /** The key of the snapshots this VM side takes and restores (snapshot.ts); null when it can do neither. */
+  snapshotKey: string | null = null;
 
   get versions(): Record<string, string> {
     return this.image.versions;
@@ -103,9 +111,10 @@ export class VmPool {
 
   /** Begins a request on an idle VM, or queues it (and adds a VM, up to `maxVms`). */
   start(request: RunRequest): void {
+    const restore = request.restore === null ? undefined : snapshotImage(request.restore, this.snapshotKey, this.image);
     const deadline = request.timeLeftMs === null ? null : Date.now() + request.timeLeftMs;
-    const queued: Queued = { request, deadline, configured: this.configurationOf(request), early: [] };
-    const image = this.imageFor(request.configuration.key);
+    const queued: Queued = { request, deadline, configured: this.configurationOf(request), early: [], restore };
+    const image = this.startImage(queued);
     const vm = this.takeIdle(image);
     if (vm) {
       this.owner.begin(queued, vm, image);
@@ -142,8 +151,13 @@ export class VmPool {
   }
 
   /** The image a configuration starts from: its own once captured, the post-prelude one until then. */
-  private imageFor(key: string): VmImage {
+  imageFor(key: string): VmImage {
     return this.configured.get(key) ?? this.image;
+  }
+
+  /** The image a queued run's VM is reset to before it begins: its snapshot's, or its configuration's. */
+  private startImage(queued: Queued): VmImage {
+    return queued.restore ?? this.imageFor(queued.request.configuration.key);
   }
 
   /**
@@ -218,7 +232,7 @@ export class VmPool {
   private release(vm: GuestVm): void {
     const queued = this.waiting.shift();
     if (queued) {
-      const image = this.imageFor(queued.request.configuration.key);
+      const image = this.startImage(queued);
       if (!vm.reset(image)) {
         vm.dispose();
         this.waiting.unshift(queued);

@@ -10,7 +10,7 @@
  */
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
-import { type ImageExports, InstanceMemory, type MemoryImage } from "./image.ts";
+import { type ImageExports, InstanceMemory, type MemoryImage, type MemoryPages } from "./image.ts";
 import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { LOOP_TICK_EXPORT } from "./loop-ticks.ts";
 import { fillRandom, sha256Hex } from "./platform.ts";
@@ -205,6 +205,14 @@ export class GuestVm {
       preludeHash: from.preludeHash,
       versions: from.versions,
     };
+  }
+
+  /**
+   * The VM's memory as pages for a snapshot of a run (snapshot.ts), between two of its turns; undefined past
+   * `maxBytes` of them. The VM goes on as it was.
+   */
+  pages(maxBytes: number): MemoryPages | undefined {
+    return this.memory.pages(maxBytes);
   }
 
   /** The image the VM was last reset to or captured; it is in exactly that state when `dirty` is false. */

@@ -4,6 +4,7 @@ import { refuseUnknownOptions } from "../options.ts";
 import { catchableOutOfMemory } from "./catchable-oom.ts";
 import { pollInterruptsOften } from "./interrupt-poll.ts";
 import { tickLoops } from "./loop-ticks.ts";
+import { withModuleDigest } from "./module-digest.ts";
 import { prebuiltTrackedModule } from "./prebuilt-wasm.ts";
 import { WasmRewriteError } from "./wasm-binary.ts";
 import { instrumentWrites } from "./write-tracking.ts";
@@ -29,8 +30,9 @@ const installedWasmPath = (): string => {
 
 /**
  * Reads QuickJS's wasm, makes its out-of-memory errors catchable (see catchable-oom.ts), makes its built-ins
- * pre-emptible (loop-ticks.ts) and its interrupt polls more frequent (interrupt-poll.ts), instruments its memory writes
- * and compiles it, once per path; every VM of the process instantiates the same compiled module. `path` defaults to the file in the installed `quickjs-wasi` package. A
+ * pre-emptible (loop-ticks.ts) and its interrupt polls more frequent (interrupt-poll.ts), instruments its memory
+ * writes, adds the digest of the result (module-digest.ts) and compiles it, once per path; every VM of the process
+ * instantiates the same compiled module. `path` defaults to the file in the installed `quickjs-wasi` package. A
  * module whose writes cannot all be tracked is refused with the reason, unless `trackWrites` is false.
  */
 export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions = {}): WebAssembly.Module {
@@ -45,7 +47,10 @@ export function loadQuickJSWasm(path?: string, options: LoadQuickJSWasmOptions =
   let module = modules.get(key);
   if (!module) {
     const bytes = readFileSync(resolved);
-    module = new WebAssembly.Module(trackWrites ? instrument(bytes, resolved) : patch(bytes, resolved));
+    // The digest of the bytes that run goes with them: a VM's snapshot is bound to it (module-digest.ts).
+    module = new WebAssembly.Module(
+      withModuleDigest(trackWrites ? instrument(bytes, resolved) : patch(bytes, resolved)),
+    );
     modules.set(key, module);
   }
   return module;

@@ -49,6 +49,10 @@ export class DeferredLauncher<L extends Launcher = Launcher> implements Launcher
         if (run) run.stop(reason);
         else stopped = true;
       },
+      capture: () => {
+        if (run) run.capture();
+        else queued.push((r) => r.capture());
+      },
     };
   }
 

@@ -10,6 +10,7 @@ import {
   type RunEndReason,
   type RunResult,
   type VmEvent,
+  type VmSnapshot,
 } from "../engine/protocol.ts";
 import { AirlockError, isErrorCode } from "../tools/errors.ts";
 import type {
@@ -43,7 +44,8 @@ export type CallHandler =
        * every tool name (its caller answers names outside the program's tool list itself).
        */
       declared: { tools: Pick<ReadonlySet<string>, "has">; globals: Pick<ReadonlySet<string>, "has"> };
-      onStarted?: (fingerprint: string) => void;
+      /** `restored`: the run continues its request's snapshot; its open calls then come again, through `onCall`. */
+      onStarted?: (fingerprint: string, restored: boolean) => void;
       onCall: (call: CodemodeHostCall) => void;
       onIdle?: (seq: number, issued: number) => void;
     };
@@ -85,7 +87,13 @@ export class Execution {
   private outputChars = 0;
   private readonly calls: CodemodeCall[] = [];
   private readonly open = new Map<number, OpenCall>();
+  /** Result numbers delivered: every one up to `seqFloor` (a restored run applied them before), and these. */
   private readonly usedSeqs = new Set<number>();
+  private seqFloor = 0;
+  /** Snapshots asked for (see capture), answered in order. */
+  private readonly captures: ((snapshot: VmSnapshot | null) => void)[] = [];
+  /** The run continues its request's snapshot (see RunRequest.restore). */
+  restored = false;
   /** Calls the VM made so far. */
   private callCount = 0;
   /**
@@ -204,7 +212,9 @@ export class Execution {
     if (this.finished) throw new Error("deliver(): the run has finished");
     if (!Number.isSafeInteger(seq) || seq < 1)
       throw new RangeError(`deliver(): seq must be a positive integer, got ${seq}`);
-    if (this.usedSeqs.has(seq)) throw new Error(`deliver(): result number ${seq} was already delivered`);
+    if (seq <= this.seqFloor || this.usedSeqs.has(seq)) {
+      throw new Error(`deliver(): result number ${seq} was already delivered`);
+    }
     if (typeof now !== "number" || !(now >= 0 && now <= MAX_CLOCK_MS)) {
       throw new RangeError(
         `deliver(): now must be a finite number of ms since the epoch from 0 to ${MAX_CLOCK_MS} (1970 to 2554), got ${typeof now === "number" ? now : typeof now}`,
@@ -215,7 +225,7 @@ export class Execution {
     // The VM applies results in number order, and no call starts while it waits for the next one: every number below
     // the highest delivered that is still missing needs a call that is still open to carry it, or the run waits forever.
     const highest = Math.max(seq, this.highestSeq);
-    const missing = highest - this.usedSeqs.size - 1;
+    const missing = highest - this.seqFloor - this.usedSeqs.size - 1;
     if (missing > this.open.size - 1) {
       throw new RangeError(
         `deliver(): result number ${seq} would leave ${missing} lower number(s) with no open call to carry them; deliver result ${this.lowestMissing()} first`,
@@ -229,7 +239,7 @@ export class Execution {
   }
 
   private lowestMissing(): number {
-    let seq = 1;
+    let seq = this.seqFloor + 1;
     while (this.usedSeqs.has(seq)) seq++;
     return seq;
   }
@@ -245,9 +255,14 @@ export class Execution {
         break;
       case "started": {
         const handler = this.options.handler;
-        if (handler.kind === "deterministic") this.callHook("onStarted", () => handler.onStarted?.(event.fingerprint));
+        if (handler.kind !== "deterministic") break;
+        this.callHook("onStarted", () => handler.onStarted?.(event.fingerprint, event.restored));
+        if (event.restored) this.onRestored(handler);
         break;
       }
+      case "snapshot":
+        this.captures.shift()?.(event.snapshot);
+        break;
       case "idle": {
         const handler = this.options.handler;
         if (handler.kind === "deterministic") this.callHook("onIdle", () => handler.onIdle?.(event.seq, event.issued));
@@ -262,6 +277,66 @@ export class Execution {
         break;
       }
     }
+  }
+
+  /**
+   * Asks the VM side to capture the run where it is (a deterministic program run between two of its turns): resolves
+   * to its snapshot, or to null when it took none (too large, another VM side) or the run ended first.
+   */
+  capture(): Promise<VmSnapshot | null> {
+    if (this.finished) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      this.captures.push(resolve);
+      this.run.capture();
+    });
+  }
+
+  /**
+   * The VM continues its request's snapshot: the run's state is the snapshot's (the calls it made, those it waits on,
+   * the results it applied), not what the request's answers would have made it, and its open calls are heard of
+   * again, in order, as if just made: they are the caller's to answer.
+   */
+  private onRestored(handler: Extract<CallHandler, { kind: "deterministic" }>): void {
+    const state = (this.options.request.restore as VmSnapshot).run;
+    this.restored = true;
+    this.usedSeqs.clear();
+    this.seqFloor = state.nextSeq - 1;
+    this.highestSeq = this.seqFloor;
+    this.lastCallId = state.calls;
+    this.callCount = state.calls;
+    for (const { id, target, name, args } of state.open) {
+      const parsed = this.parseArgs(args, "the snapshot holds call arguments that are not JSON");
+      if (parsed === undefined) return;
+      this.held += args?.length ?? 0;
+      this.openCall(id, target, name, args?.length ?? 0);
+      this.callHook("onCall", () => handler.onCall({ id, target, name, args: parsed.value }));
+    }
+  }
+
+  /** A call's arguments, parsed from their JSON text; undefined (the run failed with `failure`) when they are not JSON. */
+  private parseArgs(json: string | undefined, failure: string): { value: unknown } | undefined {
+    try {
+      return { value: json === undefined ? undefined : JSON.parse(json) };
+    } catch {
+      this.fail(failure);
+      return undefined;
+    }
+  }
+
+  /** Records call `id` as open (a tool's call among the run's calls), holding `size` characters of arguments. */
+  private openCall(id: number, target: "tool" | "global", name: string, size: number): OpenCall {
+    const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
+    if (target === "tool") this.calls.push(record);
+    const open: OpenCall = {
+      record,
+      startedAt: performance.now(),
+      controller: undefined,
+      name,
+      size,
+      tool: target === "tool",
+    };
+    this.open.set(id, open);
+    return open;
   }
 
   private onOutput(item: CodemodeOutputItem): void {
@@ -303,13 +378,9 @@ export class Execution {
     }
     this.lastCallId = id;
     const handler = this.options.handler;
-    let args: unknown;
-    try {
-      args = argsJson === undefined ? undefined : JSON.parse(argsJson);
-    } catch {
-      this.fail("the VM sent call arguments that are not JSON");
-      return;
-    }
+    const parsed = this.parseArgs(argsJson, "the VM sent call arguments that are not JSON");
+    if (parsed === undefined) return;
+    const args = parsed.value;
     const size = argsJson?.length ?? 0;
     this.held += size;
     if (++this.callCount > this.options.request.maxCalls || this.held > this.options.request.memoryLimitBytes) {
@@ -327,23 +398,11 @@ export class Execution {
       this.fail(`the VM called a ${target} that the run does not offer`);
       return;
     }
-    const record: CodemodeCall = { name, status: "cancelled", durationMs: 0 };
-    if (target === "tool") {
-      this.calls.push(record);
-      this.progress({ type: "call", name });
-    }
-    const open: OpenCall = {
-      record,
-      startedAt: performance.now(),
-      controller: undefined,
-      name,
-      size,
-      tool: target === "tool",
-    };
-    this.open.set(id, open);
+    const open = this.openCall(id, target, name, size);
+    if (target === "tool") this.progress({ type: "call", name });
     if (handler.kind === "deterministic") {
       // The VM applies an answer of the request itself: the call is answered; the hook still checks it.
-      const answer = this.options.request.answers?.[id - 1];
+      const answer = this.restored ? undefined : this.options.request.answers?.[id - 1];
       if (answer !== undefined) this.closeCall(id, answer.outcome.ok ? "ok" : "error");
       this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
@@ -435,6 +494,7 @@ export class Execution {
     this.options.signal?.removeEventListener("abort", this.onAbort);
     // Calls still open when the script ended (not awaited, or the run was stopped) are cancelled through their signal.
     for (const id of [...this.open.keys()]) this.closeCall(id, "cancelled");
+    for (const resolve of this.captures.splice(0)) resolve(null);
     const result: CodemodeResult =
       "output" in partial
         ? partial

@@ -90,6 +90,9 @@ export class InlineLauncher implements Launcher {
         if (started) this.runner.handle({ type: "stop", exec, reason });
         else this.forget(exec);
       },
+      capture: () => {
+        if (started) this.runner.handle({ type: "snapshot", exec });
+      },
     };
   }
 

@@ -14,7 +14,7 @@ export const MAX_JOURNAL_CHARS = 8 * 1024 * 1024;
 
 /** What the host saw of the run, in order (clock values aside). */
 export type JournalEvent =
-  | { type: "started" }
+  | { type: "started"; restored: boolean }
   | { type: "call"; id: number; target: "tool" | "global"; name: string; args: string | undefined }
   | { type: "output"; item: CodemodeOutputItem }
   | { type: "idle"; seq: number; issued: number };
@@ -54,7 +54,7 @@ export class Journal {
     if (this.lost) return;
     switch (event.type) {
       case "started":
-        this.events.push({ type: "started" });
+        this.events.push({ type: "started", restored: event.restored });
         break;
       case "call":
         this.events.push({ type: "call", id: event.id, target: event.target, name: event.name, args: event.args });
@@ -75,6 +75,7 @@ export class Journal {
           this.count(8 * event.reads.length);
         }
         break;
+      case "snapshot":
       case "done":
         break;
     }
@@ -124,7 +125,8 @@ export class Replay {
       this.journal.noteEvent({ ...event, reads: event.reads.slice(recorded) });
       return "replayed";
     }
-    if (this.caughtUp) return "new";
+    // A snapshot answers a command the host sent the rebuilt run again: not part of what the run did.
+    if (this.caughtUp || event.type === "snapshot") return "new";
     if (event.type === "done") return "it ended before it had made the calls and output of its first attempt";
     const expected = this.journal.events[this.at] as JournalEvent;
     const same = sameEvent(expected, event);
@@ -137,7 +139,7 @@ export class Replay {
 function sameEvent(expected: JournalEvent, event: VmEvent): boolean {
   switch (event.type) {
     case "started":
-      return expected.type === "started";
+      return expected.type === "started" && expected.restored === event.restored;
     case "call":
       return (
         expected.type === "call" &&

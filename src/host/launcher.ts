@@ -16,6 +16,11 @@ export interface LaunchedRun {
   settle(id: number, outcome: CallOutcome, seq: number | null, now: number | null): void;
   /** Ends the run in the VM. The launcher force-stops a VM side that does not comply. */
   stop(reason: StopReason): void;
+  /**
+   * Asks the VM side to capture the run between two of its turns (the `snapshot` command): a `snapshot` event answers,
+   * unless the run ends first.
+   */
+  capture(): void;
 }
 
 export interface Launcher {

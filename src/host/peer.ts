@@ -92,6 +92,10 @@ export interface PeerRun {
   journal: boolean;
   /** Ids the VM side gave out so far: each call must carry the next one. */
   lastCallId: number;
+  /** The calls its request's snapshot made (RunRequest.restore), or null: a run restored from it goes on from there. */
+  restoredCalls: number | null;
+  /** `snapshot` commands sent whose event has not come yet. */
+  captures: number;
   events: number;
   /** Commands sent for this run, against the VM side's `handled` count for its slot (shared memory only). */
   sent: number;
@@ -174,6 +178,8 @@ export class HostPeer {
       program: request.program !== null,
       journal: how.journal,
       lastCallId: 0,
+      restoredCalls: request.restore === null ? null : request.restore.run.calls,
+      captures: 0,
       events: 0,
       sent: 0,
       unanswered: false,
@@ -213,6 +219,14 @@ export class HostPeer {
         () => this.armGrace(run),
         () => {},
       );
+  }
+
+  /** Asks run `exec` for a snapshot of itself (see the `snapshot` command); its `snapshot` event answers. */
+  capture(exec: number): void {
+    const run = this.runs.get(exec);
+    if (!run || run.stopping || this.dead) return;
+    run.captures++;
+    this.sendFor(run, { type: "snapshot", exec });
   }
 
   /** The pool moved run `exec` elsewhere: this copy stops, and nothing it sends reaches anyone. */
@@ -370,6 +384,14 @@ export class HostPeer {
     switch (event.type) {
       case "started":
         if (!run.deterministic || run.events !== 1) throw new ProtocolError("started arrived out of order");
+        if (event.restored) {
+          if (run.restoredCalls === null) throw new ProtocolError("a run without a snapshot said it was restored");
+          run.lastCallId = run.restoredCalls;
+        }
+        break;
+      case "snapshot":
+        if (run.captures === 0) throw new ProtocolError("a snapshot arrived that was not asked for");
+        run.captures--;
         break;
       case "idle":
         if (!run.deterministic) throw new ProtocolError("idle arrived for a run that is not deterministic");

@@ -138,6 +138,7 @@ const WARM_SCRIPT: LaunchRequest = {
   maxCalls: 16,
   deterministic: null,
   answers: null,
+  restore: null,
   program: null,
 };
 
@@ -171,6 +172,8 @@ interface PoolRun {
   done: boolean;
   /** Times a VM side it ran on ended by itself (see MAX_CRASHES_PER_RUN). */
   crashes: number;
+  /** A snapshot was asked for and has not come: asked again of the VM side a move takes it to. */
+  capturing: boolean;
 }
 
 export class PeerPool implements Launcher {
@@ -299,10 +302,12 @@ export class PeerPool implements Launcher {
       stopped: undefined,
       done: false,
       crashes: 0,
+      capturing: false,
     };
     const handle: LaunchedRun = {
       settle: (id, outcome, seq, now) => this.settle(run, id, outcome, seq, now),
       stop: (reason) => this.stop(run, reason),
+      capture: () => this.capture(run),
     };
     if (this.closed) {
       queueMicrotask(() => this.fail(run, this.options.closedMessage ?? "the sandbox is closed"));
@@ -424,7 +429,15 @@ export class PeerPool implements Launcher {
     if (run.replay) {
       for (const s of (run.journal as Journal).settles) this.sendSettle(run, s.id, s.outcome, s.seq, s.now);
     }
+    if (run.capturing) peer.capture(exec);
     this.noteSent(peer, exec);
+  }
+
+  private capture(run: PoolRun): void {
+    if (run.done || run.stopped) return;
+    run.capturing = true;
+    // A run still waiting for a VM side is asked once placed.
+    if (run.peer) run.peer.capture(run.exec);
   }
 
   // ---- a run's traffic ----
@@ -470,6 +483,7 @@ export class PeerPool implements Launcher {
       }
       if (run.replay.caughtUp) run.replay = undefined;
     }
+    if (event.type === "snapshot") run.capturing = false;
     run.journal?.noteEvent(event);
     if (run.journal?.lost) run.journal = undefined;
     if (event.type === "clock") return;

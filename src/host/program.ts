@@ -2,7 +2,16 @@
  * Runs one program (`async (input, tools) => output`) on a launcher: the primitive that governed code mode builds on.
  * The program sees standard JavaScript and `tools.call(toolId, input)`, which resolves to whatever `call` returns.
  */
-import { type CallOutcome, type PreAnswer, type RunEndReason, runConfiguration } from "../engine/protocol.ts";
+
+import { base64ToBytes, bytesToBase64 } from "../engine/platform.ts";
+import {
+  type CallOutcome,
+  checkSnapshot,
+  type PreAnswer,
+  type RunEndReason,
+  runConfiguration,
+  type VmSnapshot,
+} from "../engine/protocol.ts";
 import { type CallHandler, Execution, encodeOutcome } from "./execution.ts";
 import type { Launcher } from "./launcher.ts";
 
@@ -36,7 +45,82 @@ export interface ProgramRunOptions {
      * made for every call, in order, and must give the same number, or the run stops.
      */
     answered?: readonly { value: unknown; seq: number; now: number }[];
+    /**
+     * Once `signal` aborts, the run is captured between two of its turns (where it waits on its calls) and `done` gets
+     * the snapshot, or null when the VM side took none (see SnapshotRefusal) or the run ended first; the run goes on.
+     */
+    capture?: { signal: AbortSignal; done(snapshot: ProgramSnapshot | null): void };
+    /**
+     * A run captured before: the VM side continues it from there if it can (its key), and `onRestored` hears which,
+     * before any call. Restored, the calls open at the capture come again first, in order (`sequencedCall`), then new
+     * calls numbered from `snapshot.calls + 1`, and `answered` is not used; else the program runs from its start.
+     */
+    restore?: { snapshot: ProgramSnapshot; onRestored(restored: boolean): void };
   };
+}
+
+/**
+ * A program run captured where it waited on its calls: its key (the VM build that can continue it), its calls so far
+ * and those open then, and the snapshot itself as bytes (see snapshotBytes).
+ */
+export interface ProgramSnapshot {
+  readonly key: string;
+  readonly calls: number;
+  readonly open: readonly number[];
+  readonly data: Uint8Array;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+/** Bytes of the header's length at the start of a snapshot's bytes. */
+const HEADER_LENGTH_BYTES = 4;
+
+/**
+ * A snapshot as bytes: the length of its header (4 bytes, big-endian), the header (the protocol's VmSnapshot as UTF-8
+ * JSON, without its memory's bytes), then those bytes as they are: the pages compress better than their base64.
+ */
+function snapshotBytes(snapshot: VmSnapshot): Uint8Array | undefined {
+  const pages = base64ToBytes(snapshot.memory.data);
+  if (pages === undefined) return undefined;
+  const header = encoder.encode(JSON.stringify({ ...snapshot, memory: { ...snapshot.memory, data: "" } }));
+  const bytes = new Uint8Array(HEADER_LENGTH_BYTES + header.byteLength + pages.byteLength);
+  new DataView(bytes.buffer).setUint32(0, header.byteLength);
+  bytes.set(header, HEADER_LENGTH_BYTES);
+  bytes.set(pages, HEADER_LENGTH_BYTES + header.byteLength);
+  return bytes;
+}
+
+function programSnapshotOf(snapshot: VmSnapshot): ProgramSnapshot | null {
+  const data = snapshotBytes(snapshot);
+  if (data === undefined) return null;
+  return Object.freeze({
+    key: snapshot.key,
+    calls: snapshot.run.calls,
+    open: Object.freeze(snapshot.run.open.map((call) => call.id)),
+    data,
+  });
+}
+
+/** The protocol's snapshot of a ProgramSnapshot, or undefined when its bytes are not one that agrees with it. */
+function vmSnapshotOf(snapshot: ProgramSnapshot): VmSnapshot | undefined {
+  const { data } = snapshot;
+  let parsed: VmSnapshot;
+  try {
+    const length = new DataView(data.buffer, data.byteOffset, data.byteLength).getUint32(0);
+    const header = JSON.parse(decoder.decode(data.subarray(HEADER_LENGTH_BYTES, HEADER_LENGTH_BYTES + length)));
+    const pages = data.subarray(HEADER_LENGTH_BYTES + length);
+    parsed = { ...header, memory: { ...header.memory, data: bytesToBase64(pages) } };
+    checkSnapshot(parsed, "the snapshot");
+  } catch {
+    return undefined;
+  }
+  const open = parsed.run.open.map((call) => call.id);
+  const agrees =
+    parsed.key === snapshot.key &&
+    parsed.run.calls === snapshot.calls &&
+    open.length === snapshot.open.length &&
+    open.every((id, i) => id === snapshot.open[i]);
+  return agrees ? parsed : undefined;
 }
 
 /** Characters of JSON results a run request carries as answers at most; later calls are answered one by one. */
@@ -105,7 +189,10 @@ export type ProgramRunResult =
 export function runProgram(launcher: Launcher, options: ProgramRunOptions): Promise<ProgramRunResult> {
   const replay = options.deterministic;
   const answers = preAnswers(replay?.answered);
+  const restore = replay?.restore === undefined ? null : (vmSnapshotOf(replay.restore.snapshot) ?? null);
   let execution: Execution | undefined;
+  /** The VM continues the snapshot: the request's answers are for a run from the start. */
+  let restored = false;
   const handler: CallHandler =
     replay === undefined
       ? {
@@ -118,13 +205,17 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
       : {
           kind: "deterministic",
           declared: PROGRAM_DECLARED,
-          onStarted: (fingerprint) => replay.onFingerprint?.(fingerprint),
+          onStarted: (fingerprint, fromSnapshot) => {
+            restored = fromSnapshot;
+            replay.restore?.onRestored(fromSnapshot);
+            replay.onFingerprint?.(fingerprint);
+          },
           onCall: ({ id, name, args }) => {
             replay.sequencedCall(name, args).then(
               ({ value, seq, now }) => {
                 // A run that ended meanwhile (stopped, timed out) takes no more results.
                 if (execution === undefined || execution.finished) return;
-                const answer = answers?.[id - 1];
+                const answer = restored ? undefined : answers?.[id - 1];
                 if (answer !== undefined) {
                   // The VM applied the request's answer; the caller must have given that very result.
                   if (answer.seq !== seq) execution.stop("aborted", "a call was answered ahead with another result");
@@ -153,6 +244,7 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
       maxCalls: PROGRAM_MAX_CALLS,
       deterministic: replay === undefined ? null : { startedAt: replay.startedAt, seed: replay.seed },
       answers,
+      restore,
       program: { input: options.inputJson },
     },
     handler,
@@ -160,6 +252,14 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
     timeoutMs: options.wallTimeMs,
     onEnd: () => {},
   });
+  const capture = replay?.capture;
+  if (capture !== undefined) {
+    const started = execution;
+    const onCapture = () =>
+      started.capture().then((snapshot) => capture.done(snapshot === null ? null : programSnapshotOf(snapshot)));
+    if (capture.signal.aborted) void onCapture();
+    else capture.signal.addEventListener("abort", () => void onCapture(), { once: true });
+  }
   return execution.result.then((result): ProgramRunResult => {
     if (result.ok) return { status: "succeeded", output: result.value, cpuMs: 0 };
     const { name, message } = result.error;

@@ -149,7 +149,7 @@ export class RemoteLauncher implements Launcher {
       }
     } catch (error) {
       fail(`could not reach the remote sandbox: ${(error as Error).message ?? String(error)}`);
-      return { settle: () => {}, stop: () => {} };
+      return { settle: () => {}, stop: () => {}, capture: () => {} };
     }
     const peer = new HostPeer(openRemoteChannel(stub), {
       bootTimeoutMs: REMOTE_BOOT_TIMEOUT_MS,
@@ -183,6 +183,7 @@ export class RemoteLauncher implements Launcher {
         peer.settle(exec, id, tooLargeAnswer("remote object", refused), seq, now);
       },
       stop: (reason) => peer.stop(exec, reason),
+      capture: () => peer.capture(exec),
     };
   }
 

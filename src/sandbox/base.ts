@@ -403,6 +403,7 @@ export abstract class CodemodeSandboxBase {
           maxCalls: 16,
           deterministic: null,
           answers: null,
+          restore: null,
           program: null,
         },
         handler: { kind: "tools", resolve: (target) => (target === "tool" ? WARM_TOOL : undefined) },
@@ -460,6 +461,7 @@ export abstract class CodemodeSandboxBase {
       maxCalls: this.maxToolCalls,
       deterministic,
       answers: null,
+      restore: null,
       program: null,
     };
   }
