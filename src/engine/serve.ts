@@ -13,6 +13,7 @@ import {
   sandboxFailure,
   type VmMessage,
 } from "./protocol.ts";
+import { stopFailure } from "./run.ts";
 import { VmRunner } from "./runner.ts";
 
 /** Characters of message content one batch may hold; a turn that produces more sends several batches. */
@@ -143,6 +144,57 @@ export class VmServer {
       this.options.onProtocolError?.(error);
       return;
     }
+    if (this.isReady) this.handle(command);
+    else this.queued.push(command);
+  }
+
+  /**
+   * Takes the commands that arrived together (what a pipe held while a turn computed): a run stopped in the same
+   * batch is stopped before anything else of it is handled. Otherwise a run the host moved away while it waited
+   * would first start, or take a call's answer, and compute a whole turn, since the VM side reads nothing during one.
+   */
+  receiveBatch(messages: unknown[]): void {
+    const stopped = new Set<number>();
+    for (const message of messages) {
+      const m = message as { type?: unknown; exec?: unknown } | null;
+      if (m?.type === "stop" && typeof m.exec === "number") stopped.add(m.exec);
+    }
+    if (stopped.size === 0) {
+      for (const message of messages) this.receive(message);
+      return;
+    }
+    const commands: HostCommand[] = [];
+    for (const message of messages) {
+      try {
+        commands.push(parseHostCommand(message));
+      } catch (error) {
+        if (!(error instanceof ProtocolError)) throw error;
+        this.options.onProtocolError?.(error);
+        return;
+      }
+    }
+    const firstStop = new Map<number, HostCommand>();
+    for (const command of commands) {
+      if (command.type === "stop" && !firstStop.has(command.exec)) firstStop.set(command.exec, command);
+    }
+    const settled = new Set<number>();
+    for (const command of commands) {
+      const exec = command.type === "run" ? command.request.exec : command.exec;
+      const stop = firstStop.get(exec);
+      if (stop === undefined) {
+        this.take(command);
+        continue;
+      }
+      if (settled.has(exec)) continue;
+      settled.add(exec);
+      if (command.type === "run" && stop.type === "stop") {
+        // Never started: it ends as stopped, without a VM.
+        this.enqueue({ type: "done", exec, result: stopFailure(stop.reason) });
+      } else this.take(stop);
+    }
+  }
+
+  private take(command: HostCommand): void {
     if (this.isReady) this.handle(command);
     else this.queued.push(command);
   }

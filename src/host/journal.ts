@@ -12,10 +12,36 @@ import type { CodemodeOutputItem } from "../types.ts";
 /** Characters a journal holds at most (call arguments and answers); past it the run can no longer be moved. */
 export const MAX_JOURNAL_CHARS = 8 * 1024 * 1024;
 
+/**
+ * Call arguments longer than this are journaled as their length and a digest: the replay only has to know the call
+ * is the same one (its answer comes from the journal, the tool is not called again), and a run with a few large
+ * arguments stays movable.
+ */
+export const KEPT_ARGS_CHARS = 4096;
+
+/**
+ * What the journal keeps of a call's arguments: the JSON text itself when short, else `#<length>:<digest>` (JSON text
+ * never starts with `#`). The digest (two 32-bit multiply-xor lanes over the UTF-16 units) only tells a replay that
+ * went another way from one that did not; a hostile script that forged a match would get back its own first answer.
+ */
+export function argsKey(args: string | undefined): string | undefined {
+  if (args === undefined || args.length <= KEPT_ARGS_CHARS) return args;
+  let h1 = 0xdeadbeef ^ args.length;
+  let h2 = 0x41c6ce57 ^ args.length;
+  for (let i = 0; i < args.length; i++) {
+    const c = args.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return `#${args.length}:${(h1 >>> 0).toString(16)}${(h2 >>> 0).toString(16)}`;
+}
+
 /** What the host saw of the run, in order (clock values aside). */
 export type JournalEvent =
   | { type: "started"; restored: boolean }
-  | { type: "call"; id: number; target: "tool" | "global"; name: string; args: string | undefined }
+  | { type: "call"; id: number; target: "tool" | "global"; name: string; args: string | undefined /* argsKey */ }
   | { type: "output"; item: CodemodeOutputItem }
   | { type: "idle"; seq: number; issued: number };
 
@@ -56,10 +82,12 @@ export class Journal {
       case "started":
         this.events.push({ type: "started", restored: event.restored });
         break;
-      case "call":
-        this.events.push({ type: "call", id: event.id, target: event.target, name: event.name, args: event.args });
-        this.count(64 + (event.args?.length ?? 0));
+      case "call": {
+        const args = argsKey(event.args);
+        this.events.push({ type: "call", id: event.id, target: event.target, name: event.name, args });
+        this.count(64 + (args?.length ?? 0));
         break;
+      }
       case "output":
         // The execution keeps the item itself; the journal holds a reference.
         this.events.push({ type: "output", item: event.item });
@@ -146,7 +174,7 @@ function sameEvent(expected: JournalEvent, event: VmEvent): boolean {
         expected.id === event.id &&
         expected.target === event.target &&
         expected.name === event.name &&
-        expected.args === event.args
+        expected.args === argsKey(event.args)
       );
     case "output": {
       if (expected.type !== "output") return false;

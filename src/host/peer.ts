@@ -104,6 +104,8 @@ export interface PeerRun {
   stopping: boolean;
   /** The pool moved the run elsewhere: this VM side's copy is stopped, and its events are dropped. */
   abandoned: boolean;
+  /** Called once an abandoned copy has ended (its `done`, or the VM side gone). */
+  onEnded?: () => void;
   stopTimer?: ReturnType<typeof setTimeout>;
 }
 
@@ -229,15 +231,27 @@ export class HostPeer {
     this.sendFor(run, { type: "snapshot", exec });
   }
 
-  /** The pool moved run `exec` elsewhere: this copy stops, and nothing it sends reaches anyone. */
-  abandon(exec: number): void {
+  /**
+   * The pool moved run `exec` elsewhere: this copy stops, and nothing it sends reaches anyone; `ended` is called once
+   * it has ended.
+   */
+  abandon(exec: number, ended?: () => void, graceAfterMs = 0): void {
     const run = this.runs.get(exec);
-    if (!run || run.abandoned) return;
+    if (!run || run.abandoned) {
+      ended?.();
+      return;
+    }
     run.abandoned = true;
+    run.onEnded = ended;
     if (run.stopTimer) clearTimeout(run.stopTimer);
     run.stopping = true;
     this.raiseFlag(run, "aborted");
-    if (!this.dead) this.sendFor(run, { type: "stop", exec, reason: "aborted" });
+    if (this.dead) return;
+    this.sendFor(run, { type: "stop", exec, reason: "aborted" });
+    // Across a pipe the copy reads its stop only between turns: one that computes on past its run's deadline (where
+    // it would have ended anyway) and a grace is killed, as a stopped run is.
+    run.stopTimer = setTimeout(() => this.armGrace(run), graceAfterMs);
+    run.stopTimer.unref?.();
   }
 
   private raiseFlag(run: PeerRun, reason: StopReason): void {
@@ -253,19 +267,18 @@ export class HostPeer {
    * period rather than what is left of this one.
    */
   private armGrace(run: PeerRun, behindTurn = false): void {
-    if (!this.runs.has(run.exec) || run.abandoned || this.dead) return;
+    if (!this.runs.has(run.exec) || this.dead) return;
     const graceMs = this.options.stopGraceMs;
     const armedAt = performance.now();
     run.stopTimer = setTimeout(() => {
       // Timers run before the poll for I/O: what the VM side sent meanwhile (its `done`, a `busy`) is read first.
       runSoon(() => {
-        if (!this.runs.has(run.exec) || run.abandoned || this.dead) return;
+        if (!this.runs.has(run.exec) || this.dead) return;
         // The host's own event loop was held up (a long synchronous task): the VM side did not get its grace.
         const late = performance.now() - armedAt > 2 * graceMs;
         const computing = this.computing();
-        const other =
-          computing !== undefined && computing.exec !== run.exec ? this.runs.get(computing.exec) : undefined;
-        const another = other !== undefined && !other.abandoned;
+        // Another run's turn, or the turn of a moved run's copy (which has a grace of its own).
+        const another = computing !== undefined && computing.exec !== run.exec && this.runs.has(computing.exec);
         if (another) this.armGrace(run, true);
         else if (late) this.armGrace(run, behindTurn);
         else if (behindTurn) this.armGrace(run);
@@ -420,6 +433,7 @@ export class HostPeer {
     this.slots.push(run.slot);
     if (this.busy?.exec === run.exec) this.busy = null;
     if (run.stopTimer) clearTimeout(run.stopTimer);
+    ended(run);
     if (this.runs.size === 0) {
       if (this.booted) this.channel.ref?.(false);
       if (this.retiring) this.kill(`the ${this.options.what} retired`, "closed");
@@ -431,7 +445,10 @@ export class HostPeer {
     if (this.dead) return;
     this.dead = true;
     clearTimeout(this.bootTimer);
-    for (const run of this.runs.values()) if (run.stopTimer) clearTimeout(run.stopTimer);
+    for (const run of this.runs.values()) {
+      if (run.stopTimer) clearTimeout(run.stopTimer);
+      ended(run);
+    }
     this.markFailed(new Error(reason));
     this.markGone();
     // Until it is gone, a dying VM side keeps the host alive, so that close() sees it end.
@@ -442,6 +459,13 @@ export class HostPeer {
 
   /** Resolves once a killed VM side is gone. */
   exited: Promise<void> | undefined;
+}
+
+/** Tells an abandoned copy's owner, once, that it has ended. */
+function ended(run: PeerRun): void {
+  const onEnded = run.onEnded;
+  run.onEnded = undefined;
+  onEnded?.();
 }
 
 export { TURN_SLOTS };

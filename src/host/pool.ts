@@ -387,10 +387,14 @@ export class PeerPool implements Launcher {
     return this.peers.some((p) => p !== except && !p.dead && (!p.booted || this.takesWork(p, longMs)));
   }
 
-  /** Whether the VM side computes one of the pool's runs for `longMs` or more (a warm-up turn does not count). */
+  /**
+   * Whether the VM side computes a run's turn for `longMs` or more: one of the pool's runs, or the copy of one that
+   * moved away (across a pipe it reads its stop only once that turn ends). A warm-up turn does not count.
+   */
   private longTurn(peer: HostPeer, longMs: number): boolean {
     const computing = peer.computing();
-    return computing !== undefined && computing.forMs >= longMs && this.byExec.has(computing.exec);
+    if (computing === undefined || computing.forMs < longMs) return false;
+    return this.byExec.has(computing.exec) || peer.runs.get(computing.exec)?.abandoned === true;
   }
 
   /**
@@ -593,7 +597,14 @@ export class PeerPool implements Launcher {
   private move(run: PoolRun, from: HostPeer): boolean {
     const target = this.pick(from);
     if (!target) return false;
-    if (!from.dead) from.abandon(run.exec);
+    if (!from.dead) {
+      // The copy left behind holds VM memory until it ends: it counts against the budget as well (new work may wait).
+      const bytes = run.request.memoryLimitBytes;
+      this.options.budget.hold(bytes);
+      const deadline = run.request.deadline;
+      const untilDeadline = deadline === null ? 0 : Math.max(0, deadline - Date.now());
+      from.abandon(run.exec, () => this.options.budget.release(bytes), untilDeadline);
+    }
     this.byExec.delete(run.exec);
     run.replay = new Replay(run.journal as Journal);
     this.counts.moved++;

@@ -67,7 +67,7 @@ function main(): void {
       fatal((error as Error).message);
       return;
     }
-    for (const message of messages) server.receive(message);
+    server.receiveBatch(messages);
   });
   process.stdin.on("end", () => process.exit(0));
 }
