@@ -6,7 +6,7 @@
  * again. The replay is checked event by event; one that differs fails the run instead of acting.
  */
 
-import type { CallOutcome, VmEvent } from "../engine/protocol.ts";
+import { type CallOutcome, MAX_JOURNAL_CLOCK_READS, type VmEvent } from "../engine/protocol.ts";
 import type { CodemodeOutputItem } from "../types.ts";
 
 /** Characters a journal holds at most (call arguments and answers); past it the run can no longer be moved. */
@@ -59,16 +59,23 @@ export class Journal {
   private chars = 0;
   /** Set once the journal could not keep everything (too large, or the VM read the clock too often). */
   lost = false;
+  /** Why it was lost, for the error of a run that then could not move. */
+  lostBecause = "";
 
   constructor(private readonly maxChars: number) {}
 
   private count(chars: number): void {
     this.chars += chars;
-    if (this.chars > this.maxChars) this.drop();
+    if (this.chars > this.maxChars) {
+      this.drop(
+        `its journal passed ${this.maxChars} characters of call arguments and answers (MAX_JOURNAL_CHARS, or its memory limit if lower)`,
+      );
+    }
   }
 
-  /** Gives up on the journal: the run can no longer be moved, and its memory is freed. */
-  drop(): void {
+  /** Gives up on the journal (`because`, for the error): the run can no longer be moved, and its memory is freed. */
+  drop(because: string): void {
+    if (!this.lost) this.lostBecause = because;
     this.lost = true;
     this.events.length = 0;
     this.settles.length = 0;
@@ -97,7 +104,8 @@ export class Journal {
         this.events.push({ type: "idle", seq: event.seq, issued: event.issued });
         break;
       case "clock":
-        if (event.reads === null) this.drop();
+        if (event.reads === null)
+          this.drop(`it read the clock more than ${MAX_JOURNAL_CLOCK_READS} times (MAX_JOURNAL_CLOCK_READS)`);
         else {
           for (const value of event.reads) this.clock.push(value);
           this.count(8 * event.reads.length);

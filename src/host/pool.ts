@@ -6,7 +6,8 @@
  * - A run that waits behind another run's long turn (its start, or a call's answer, not taken yet) moves to another VM
  *   side: it is rebuilt there from its journal (journal.ts), none of its calls made again.
  * - A VM side that is killed (a run that did not stop in time, a protocol break) takes only that run: the others are
- *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead.
+ *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead, saying
+ *   which limit its journal passed.
  * - Every run holds its memory limit from the host's guest-memory budget while its VM runs; one that does not fit
  *   waits (its deadline still counting).
  * - Once every VM side computes a long turn, a spare starts before new work arrives (booting one takes longer than
@@ -167,6 +168,8 @@ interface PoolRun {
   exec: number;
   reserved: boolean;
   journal: Journal | undefined;
+  /** Why its journal was lost (it can no longer move), once it was. */
+  unmovable: string | undefined;
   replay: Replay | undefined;
   stopped: StopReason | undefined;
   done: boolean;
@@ -298,6 +301,7 @@ export class PeerPool implements Launcher {
       exec: 0,
       reserved: false,
       journal: movable ? new Journal(Math.min(MAX_JOURNAL_CHARS, request.memoryLimitBytes)) : undefined,
+      unmovable: undefined,
       replay: undefined,
       stopped: undefined,
       done: false,
@@ -449,7 +453,7 @@ export class PeerPool implements Launcher {
   private settle(run: PoolRun, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
     if (run.done || run.stopped) return;
     run.journal?.noteSettle({ id, outcome, seq, now });
-    if (run.journal?.lost) run.journal = undefined;
+    this.checkJournal(run);
     if (!run.peer) return;
     this.sendSettle(run, id, outcome, seq, now);
     this.noteSent(run.peer, run.exec);
@@ -489,7 +493,7 @@ export class PeerPool implements Launcher {
     }
     if (event.type === "snapshot") run.capturing = false;
     run.journal?.noteEvent(event);
-    if (run.journal?.lost) run.journal = undefined;
+    this.checkJournal(run);
     if (event.type === "clock") return;
     if (event.type === "done") {
       this.byExec.delete(exec);
@@ -497,6 +501,13 @@ export class PeerPool implements Launcher {
       this.finish(run);
     }
     run.onEvent(event);
+  }
+
+  /** A journal that could not keep everything is let go: the run stays where it is, and says why if it must fail. */
+  private checkJournal(run: PoolRun): void {
+    if (!run.journal?.lost) return;
+    run.unmovable = run.journal.lostBecause;
+    run.journal = undefined;
   }
 
   /** A rebuilt run went another way than its first attempt (it read something that changed): it fails, not acts. */
@@ -649,7 +660,12 @@ export class PeerPool implements Launcher {
         else this.waiting.unshift(run);
         continue;
       }
-      this.fail(run, reason);
+      this.fail(
+        run,
+        run.unmovable !== undefined && cause !== "broken"
+          ? `${reason}; this execution could not be rebuilt on another ${this.options.what}: ${run.unmovable}`
+          : reason,
+      );
     }
     // With no VM side left that is up or coming up, runs waiting for one fail with this one's reason; the next
     // execution starts a VM side again (one that never booted is not respawned in a loop).
