@@ -5,6 +5,8 @@
  * host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about order and counts,
  * never about time: neighbours must finish while the culprit still computes.
  */
+
+import { readdirSync, readFileSync } from "node:fs";
 import {
   Budget,
   type CodemodeSandboxBase,
@@ -86,6 +88,41 @@ const until = async (condition: () => boolean, what: string, timeoutMs = 20_000)
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
 };
+
+/** Resident bytes of this process and all its descendants, from /proc. */
+function treeRssBytes(): number {
+  const parents = new Map<number, number>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      // The command name may hold spaces and parentheses: the fields after its last ")" are fixed.
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      parents.set(Number(entry), ppid);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  const inTree = (pid: number): boolean => {
+    for (let p: number | undefined = pid, hops = 0; p !== undefined && p > 1 && hops < 64; hops++) {
+      if (p === process.pid) return true;
+      p = parents.get(p);
+    }
+    return false;
+  };
+  let total = 0;
+  for (const pid of parents.keys()) {
+    if (!inTree(pid)) continue;
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, "utf8");
+      const kb = /VmRSS:\s+(\d+) kB/.exec(status)?.[1];
+      if (kb) total += Number(kb) * 1024;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return total;
+}
 
 type Pooled = CodemodeSandboxBase & { warm(): Promise<void>; readonly poolStats: PoolStats };
 
@@ -394,6 +431,12 @@ describe.each(launchers.filter((launcher) => launcher.name !== "durable-object")
       });
       try {
         await sandbox.warm();
+        // The memory of this process and of every process under it (child processes, gVisor's sandbox).
+        const before = treeRssBytes();
+        let peak = before;
+        const sampler = setInterval(() => {
+          peak = Math.max(peak, treeRssBytes());
+        }, 10);
         const results = await Promise.all(
           Array.from({ length: 16 }, () =>
             sandbox.execute(
@@ -401,9 +444,18 @@ describe.each(launchers.filter((launcher) => launcher.name !== "durable-object")
             ),
           ),
         );
+        clearInterval(sampler);
         expect(results.map((r) => r.ok && r.value)).toEqual(Array(16).fill(60 * 1024 * 1024));
         expect(most).toBeGreaterThan(0);
         expect(most).toBeLessThanOrEqual(4);
+        // Measured: at most four VMs' worth at once (16 unbounded would be 960 MiB more), with room for the VMs'
+        // own overhead, the host's, and each VM side the pool added beside a computing one (a thread or a process of
+        // its own, not guest memory).
+        const stats = (sandbox as { poolStats?: { peak: number } }).poolStats;
+        const addedSides = stats ? stats.peak - 1 : 0;
+        expect(peak - before, `peak ${peak}, before ${before}, ${JSON.stringify(stats)}`).toBeLessThan(
+          4 * limit + 160 * 1024 * 1024 + addedSides * 80 * 1024 * 1024,
+        );
         // One execution whose limit could never fit fails at once, saying why.
         const huge = make({ memoryLimitBytes: 2 * limit, maxTotalMemoryBytes: limit });
         const refused = await huge.execute("return 1");

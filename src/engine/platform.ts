@@ -10,7 +10,7 @@ const nodeProcess = (globalThis as { process?: NodeProcess }).process;
  * One of Node's built-in modules where the runtime has them (Node, Bun), without a static `node:` import, which the
  * portable entry may not contain; undefined elsewhere (Workers without Node compatibility).
  */
-export function nodeBuiltin<T>(id: "module" | "os" | "crypto"): T | undefined {
+export function nodeBuiltin<T>(id: "module" | "os" | "crypto" | "v8" | "vm"): T | undefined {
   return nodeProcess?.getBuiltinModule?.(id) as T | undefined;
 }
 
@@ -200,4 +200,51 @@ export const runSoon: (callback: () => void) => void = nodeSetImmediate
 /** `require` for packages loaded on first use (amaro, zod), from `from` (an `import.meta.url`); undefined off Node. */
 export function nodeRequire(from: string): ((id: string) => unknown) | undefined {
   return nodeBuiltin<{ createRequire(from: string): (id: string) => unknown }>("module")?.createRequire(from);
+}
+
+/**
+ * Node's garbage collector, where the runtime lets it be reached: V8 frees a WebAssembly memory only once its object
+ * is collected, and a dropped VM's tens of MiB would otherwise stay until the heap itself asks for a collection.
+ * Reached on first need only (on Node, V8's expose-gc flag then also gives new `vm` contexts a `gc` global); Bun's
+ * `Bun.gc`; null where the runtime has none (Workers).
+ */
+let collect: (() => void) | null | undefined;
+
+function collector(): (() => void) | null {
+  if (collect !== undefined) return collect;
+  collect = null;
+  const bun = (globalThis as { Bun?: { gc?(force: boolean): void } }).Bun;
+  if (bun !== undefined) {
+    if (typeof bun.gc === "function") collect = () => bun.gc?.(false);
+    return collect;
+  }
+  const v8 = nodeBuiltin<{ setFlagsFromString(flags: string): void }>("v8");
+  const vm = nodeBuiltin<{ runInNewContext(code: string): unknown }>("vm");
+  if (!v8 || !vm) return collect;
+  try {
+    v8.setFlagsFromString("--expose-gc");
+    const gc = vm.runInNewContext("gc");
+    if (typeof gc === "function") collect = gc as () => void;
+  } catch {
+    // No collector: memory goes back when V8 collects by itself.
+  }
+  return collect;
+}
+
+/** Collections asked for at most this often: a burst of dropped VMs is collected together. */
+const COLLECT_EVERY_MS = 20;
+let collectTimer: ReturnType<typeof setTimeout> | undefined;
+let lastCollect = Number.NEGATIVE_INFINITY;
+
+/** Asks for a garbage collection soon (once for a burst of calls), where the runtime allows it; else nothing. */
+export function nudgeGarbageCollection(): void {
+  const gc = collector();
+  if (!gc || collectTimer !== undefined) return;
+  const wait = Math.max(0, lastCollect + COLLECT_EVERY_MS - performance.now());
+  collectTimer = setTimeout(() => {
+    collectTimer = undefined;
+    lastCollect = performance.now();
+    gc();
+  }, wait);
+  collectTimer.unref?.();
 }

@@ -4,7 +4,7 @@
  */
 import { MANY_ZERO_PAGES } from "./image.ts";
 import { moduleDigestOf } from "./module-digest.ts";
-import { runSoon } from "./platform.ts";
+import { nudgeGarbageCollection, runSoon } from "./platform.ts";
 import type { ConfigurationContent, HostCommand, RunRequest } from "./protocol.ts";
 import { RepeatCache } from "./repeat-cache.ts";
 import { snapshotImage, snapshotKey } from "./snapshot.ts";
@@ -251,6 +251,14 @@ export class VmPool {
    * tracking) goes in steps that let messages through. A run that needs the VM before then finishes the reset at once.
    */
   recycle(vm: GuestVm, image: VmImage): void {
+    if (vm.needsReplacing(image)) {
+      // Its memory grew (or it broke): dropped now rather than when next taken, and the garbage collector is asked
+      // to return that memory, so that what the guest-memory budget counts is what the host holds.
+      vm.dispose();
+      nudgeGarbageCollection();
+      void this.addVm();
+      return;
+    }
     if (vm.peakZeroPagesWritten >= MANY_ZERO_PAGES && vm.quietResets >= RENEW_AFTER_QUIET_RESETS) {
       // A new instance replaces it (the VM count stays the same), off the request path.
       vm.dispose();

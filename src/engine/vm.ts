@@ -382,6 +382,11 @@ export class GuestVm {
 
   private resetToken = 0;
 
+  /** Whether `reset(image)` would need a new instance instead (its memory grew past the image, or it broke). */
+  needsReplacing(image: VmImage): boolean {
+    return !this.canReset(image);
+  }
+
   private canReset(image: VmImage): boolean {
     // A VM whose memory grew past the image needs a new instance (see InstanceMemory.fits).
     return !this.broken && this.memory.fits(image);
