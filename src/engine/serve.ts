@@ -21,8 +21,11 @@ export const MAX_BATCH_CHARS = 8 * 1024 * 1024;
 
 /** The VM side's end of a channel. */
 export interface VmChannel {
-  /** Sends one batch of messages, in order (everything one turn produced, or part of it). */
-  send(messages: VmMessage[]): void;
+  /**
+   * Sends one batch of messages, in order (everything one turn produced, or part of it); `chars` is their size by
+   * messageChars.
+   */
+  send(messages: VmMessage[], chars: number): void;
   /**
    * Sends one message at once, from inside a computing turn (`busy`). Only a channel that hands it to the host before
    * returning can carry it; one that cannot leaves this out, and its host then ends a stop that goes unread on grace.
@@ -82,6 +85,7 @@ export class VmServer {
   private outbox: VmMessage[] = [];
   private outboxChars = 0;
   private retired = false;
+  private readonly flushSoon = () => this.flush();
 
   constructor(
     private readonly channel: VmChannel,
@@ -213,7 +217,7 @@ export class VmServer {
   }
 
   private enqueue(message: VmMessage): void {
-    if (this.outbox.push(message) === 1) queueMicrotask(() => this.flush());
+    if (this.outbox.push(message) === 1) queueMicrotask(this.flushSoon);
     this.outboxChars += messageChars(message);
     // A turn that makes huge calls or output sends them as it goes, never one batch past the limit.
     if (this.outboxChars > MAX_BATCH_CHARS) this.flush();
@@ -223,9 +227,10 @@ export class VmServer {
   flush(): void {
     if (this.outbox.length === 0) return;
     const messages = this.outbox;
+    const chars = this.outboxChars;
     this.outbox = [];
     this.outboxChars = 0;
-    this.channel.send(messages);
+    this.channel.send(messages, chars);
   }
 
   private checkRetire(): void {

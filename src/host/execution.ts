@@ -390,10 +390,11 @@ export class Execution {
     }
     // The VM side only calls what the run offers; anything else (a forged call by name, say) fails the run closed,
     // before a record or a hook sees it.
+    const tool = handler.kind === "tools" ? handler.resolve(target, name) : undefined;
     const offered =
       handler.kind === "deterministic"
         ? (target === "tool" ? handler.declared.tools : handler.declared.globals).has(name)
-        : handler.resolve(target, name) !== undefined;
+        : tool !== undefined;
     if (!offered) {
       this.fail(`the VM called a ${target} that the run does not offer`);
       return;
@@ -407,7 +408,6 @@ export class Execution {
       this.callHook("onCall", () => handler.onCall({ id, target, name, args }));
       return;
     }
-    const tool = handler.resolve(target, name) as CodemodeTool;
     // The tool starts at once; its answer always reaches the VM later, from a promise job, never inside the guest's
     // call stack (launchers also defer commands that arrive while their VM runs).
     // Most tools never look at their signal: it is made when first read (already aborted if the call has ended).
@@ -427,7 +427,7 @@ export class Execution {
     };
     let pending: unknown;
     try {
-      pending = tool.execute(args, context);
+      pending = (tool as CodemodeTool).execute(args, context);
     } catch (error) {
       pending = Promise.reject(error);
     }

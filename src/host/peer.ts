@@ -129,8 +129,6 @@ export class HostPeer {
   private bootTimer: ReturnType<typeof setTimeout> | undefined;
   private markReady!: () => void;
   private markFailed!: (error: Error) => void;
-  /** When the VM side last sent a message (performance.now()), for placing work away from a silent one. */
-  lastHeard = 0;
 
   constructor(
     readonly channel: HostChannel,
@@ -333,7 +331,6 @@ export class HostPeer {
 
   private onMessage(raw: unknown): void {
     if (this.dead) return;
-    this.lastHeard = performance.now();
     try {
       this.handleMessage(raw);
     } catch (error) {

@@ -438,7 +438,7 @@ export class PeerPool implements Launcher {
       for (const s of (run.journal as Journal).settles) this.sendSettle(run, s.id, s.outcome, s.seq, s.now);
     }
     if (run.capturing) peer.capture(exec);
-    this.noteSent(peer, exec);
+    this.noteSent(peer, run);
   }
 
   private capture(run: PoolRun): void {
@@ -456,7 +456,7 @@ export class PeerPool implements Launcher {
     this.checkJournal(run);
     if (!run.peer) return;
     this.sendSettle(run, id, outcome, seq, now);
-    this.noteSent(run.peer, run.exec);
+    this.noteSent(run.peer, run);
   }
 
   private sendSettle(run: PoolRun, id: number, outcome: CallOutcome, seq: number | null, now: number | null): void {
@@ -547,8 +547,8 @@ export class PeerPool implements Launcher {
    * After a command went to `peer`: if another run there may compute before the VM side takes it, the pool watches
    * whether it waits behind a long turn.
    */
-  private noteSent(peer: HostPeer, exec: number): void {
-    if (peer.runs.size > 1 || this.byExec.get(exec)?.request.cpuLimitMs != null) this.scheduleCheck();
+  private noteSent(peer: HostPeer, run: PoolRun): void {
+    if (peer.runs.size > 1 || run.request.cpuLimitMs != null) this.scheduleCheck();
   }
 
   private scheduleCheck(): void {

@@ -4,7 +4,7 @@
  */
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
 import type { VmMessage } from "../engine/protocol.ts";
-import { messageChars, serveVm } from "../engine/serve.ts";
+import { serveVm } from "../engine/serve.ts";
 import { WorkerEventLane } from "./event-lane.ts";
 import { LANE_BYTES, WorkerLane } from "./lane.ts";
 
@@ -34,9 +34,9 @@ if (!isMainThread && parentPort) {
   const data = workerData as WorkerData;
   const lane = new WorkerLane(data.lane);
   const eventLane = new WorkerEventLane(data.events);
-  const send = (messages: VmMessage[]) => {
+  const send = (messages: VmMessage[], chars: number) => {
     // Only batches that can fit are turned into JSON for the event lane; the rest are posted (structured clone).
-    if (eventLane.hostPolls() && messages.reduce((n, m) => n + messageChars(m), 0) <= LANE_BYTES) {
+    if (eventLane.hostPolls() && chars <= LANE_BYTES) {
       if (eventLane.offer(JSON.stringify(messages))) return;
     }
     eventLane.posting();
