@@ -75,7 +75,9 @@ import { CodemodeSandbox } from "airlock-codemode";
   });
 
   it("does not kill a worker whose stopped run waits behind another run that computes within its deadline", async () => {
-    sandbox = new CodemodeSandbox({ poolSize: 1, timeoutMs: 20_000 });
+    // One worker at most: the queued run stays behind the busy one (a pool that may grow moves it to a spare, where
+    // it can finish before its abort).
+    sandbox = new CodemodeSandbox({ poolSize: 1, maxPoolSize: 1, timeoutMs: 20_000 });
     await sandbox.warm();
     // Computes past the stop grace (STOP_GRACE_MS, 2 s), well within its own deadline.
     const busy = sandbox.execute("const t = Date.now(); while (Date.now() - t < 3000) {} return 'done';");
