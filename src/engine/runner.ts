@@ -75,8 +75,10 @@ export const TurnSlot = {
   count: 1,
   /** When the current turn began, in ms since `turnEpochMs`. */
   startedAt: 2,
+  /** The OS id of the VM side's thread, 0 when unknown: the host reads that thread's CPU time by it. */
+  thread: 3,
 } as const;
-export const TURN_SLOTS = 3;
+export const TURN_SLOTS = 4;
 
 /** How long a turn computes before `onLongTurn` hears of it: well below the hosts' stop grace periods. */
 export const LONG_TURN_MS = 5;

@@ -31,7 +31,20 @@ export interface SharedState {
   turn: Int32Array;
   /** What the turn word's start times count from. */
   turnEpochMs: number;
+  /**
+   * The CPU time the VM side's thread has computed so far in ms, where the system tells (thread-clock.ts): a turn's
+   * length is then the time it computed, not the time it also waited for a core.
+   */
+  cpuMs?(): number | undefined;
 }
+
+/**
+ * A turn is timed on the wall clock up to this many ms; past it, only the CPU time its thread computed counts (where
+ * the channel can read it). The wall clock up to here is what every check below BUSY/STUCK needs, at no cost.
+ */
+export const WALL_TIMED_MS = 2;
+/** How often a long turn's thread CPU time is read at most (a read costs a few microseconds). */
+const CPU_READ_EVERY_MS = 1;
 
 /** The host's end of the channel to one VM side. */
 export interface HostChannel {
@@ -122,6 +135,8 @@ export class HostPeer {
   private markGone!: () => void;
   /** The run a message-based VM side said it computes, and since when (performance.now()); null otherwise. */
   private busy: { exec: number; since: number } | null = null;
+  /** The turn whose thread CPU time `computedMs` follows: its count, the CPU time when first seen, and the last read. */
+  private longTurnSeen: { count: number; cpuAtFirst: number; cpuMs: number; readAt: number } | undefined;
   private readonly slots: number[] = [];
   private readonly slotRuns = new Map<number, number>();
   /** The highest run id sent: a message for a higher one (or 0) is a protocol break, a lower unknown one is late. */
@@ -312,10 +327,33 @@ export class HostPeer {
       const exec = this.slotRuns.get(running - 1);
       if (exec === undefined) return undefined;
       const startedAt = Atomics.load(shared.turn, TurnSlot.startedAt);
-      return { exec, forMs: Math.max(0, Date.now() - shared.turnEpochMs - startedAt) };
+      const wallMs = Math.max(0, Date.now() - shared.turnEpochMs - startedAt);
+      return { exec, forMs: wallMs < WALL_TIMED_MS ? wallMs : this.computedMs(shared, wallMs) };
     }
     if (this.busy === null) return undefined;
     return { exec: this.busy.exec, forMs: performance.now() - this.busy.since + LONG_TURN_MS };
+  }
+
+  /**
+   * How long the current turn computed, given that it began `wallMs` ago (at least WALL_TIMED_MS): WALL_TIMED_MS,
+   * plus the CPU time its thread computed since the host first saw the turn that long. A thread that waits for a core
+   * then does not look like one that computes. Without a CPU clock, the wall clock.
+   */
+  private computedMs(shared: SharedState, wallMs: number): number {
+    if (!shared.cpuMs) return wallMs;
+    const count = Atomics.load(shared.turn, TurnSlot.count);
+    const now = performance.now();
+    let seen = this.longTurnSeen;
+    if (seen === undefined || seen.count !== count) {
+      const cpuMs = shared.cpuMs();
+      if (cpuMs === undefined) return wallMs;
+      seen = { count, cpuAtFirst: cpuMs, cpuMs, readAt: now };
+      this.longTurnSeen = seen;
+    } else if (now - seen.readAt >= CPU_READ_EVERY_MS) {
+      seen.cpuMs = shared.cpuMs() ?? seen.cpuMs;
+      seen.readAt = now;
+    }
+    return Math.min(wallMs, WALL_TIMED_MS + seen.cpuMs - seen.cpuAtFirst);
   }
 
   /** Whether run `exec` has a command the VM side has not taken yet (it waits behind another run's turn). */

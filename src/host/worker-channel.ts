@@ -7,10 +7,11 @@
 import { Worker, type WorkerOptions } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
 import type { HostCommand } from "../engine/protocol.ts";
-import { TURN_SLOTS } from "../engine/runner.ts";
+import { TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
 import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
 import type { HostChannel, SharedState } from "./peer.ts";
+import { threadCpuMs } from "./thread-clock.ts";
 import type { WorkerData } from "./worker.ts";
 
 /** Messages one batch from a worker may carry: a VM turn emits at most its output items plus its calls. */
@@ -24,11 +25,17 @@ export interface WorkerChannelOptions {
 
 export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
   const slots = options.maxVms;
+  const turn = new Int32Array(new SharedArrayBuffer(TURN_SLOTS * 4));
   const shared: SharedState = {
     stopFlags: new Int32Array(new SharedArrayBuffer(slots * 4)),
     handled: new Int32Array(new SharedArrayBuffer(slots * 4)),
-    turn: new Int32Array(new SharedArrayBuffer(TURN_SLOTS * 4)),
+    turn,
     turnEpochMs: Date.now(),
+    // The worker writes its thread's id once it runs.
+    cpuMs: () => {
+      const thread = Atomics.load(turn, TurnSlot.thread);
+      return thread === 0 ? undefined : threadCpuMs(thread);
+    },
   };
   const laneBuffer = createLaneBuffer();
   const eventsBuffer = createEventLaneBuffer();

@@ -4,9 +4,11 @@
  */
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
 import type { VmMessage } from "../engine/protocol.ts";
+import { TurnSlot } from "../engine/runner.ts";
 import { serveVm } from "../engine/serve.ts";
 import { WorkerEventLane } from "./event-lane.ts";
 import { LANE_BYTES, WorkerLane } from "./lane.ts";
+import { currentThreadId } from "./thread-clock.ts";
 
 export interface WorkerData {
   module: WebAssembly.Module;
@@ -32,6 +34,7 @@ if (!isMainThread && parentPort) {
   process.stdout.write = () => true;
   process.stderr.write = () => true;
   const data = workerData as WorkerData;
+  Atomics.store(data.turn, TurnSlot.thread, currentThreadId());
   const lane = new WorkerLane(data.lane);
   const eventLane = new WorkerEventLane(data.events);
   const send = (messages: VmMessage[], chars: number) => {
