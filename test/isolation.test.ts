@@ -33,6 +33,7 @@ import { EXTRA_IDLE_MS } from "../dist/host/pool.js";
 import { echoDefinition, echoTool } from "./helpers/code-mode.ts";
 import { launchers, pooledLaunchers } from "./helpers/sandboxes.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
+import { until } from "./helpers/wait.ts";
 
 /** A tool whose calls wait until the test releases them; it counts every call it gets. */
 function gate() {
@@ -79,14 +80,6 @@ const sink: CodemodeTool = {
     await new Promise((resolve) => setTimeout(resolve, 20));
     return typeof args === "string" ? args.length : 0;
   },
-};
-
-const until = async (condition: () => boolean, what: string, timeoutMs = 20_000) => {
-  const started = Date.now();
-  while (!condition()) {
-    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 };
 
 /** Resident bytes of this process and all its descendants, from /proc. */

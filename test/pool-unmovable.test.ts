@@ -7,14 +7,7 @@
 import type { CodemodeTool } from "airlock-codemode";
 import { describe, expect, it } from "vitest";
 import { pooledLaunchers } from "./helpers/sandboxes.ts";
-
-const until = async (condition: () => boolean, what: string, timeoutMs = 20_000) => {
-  const started = Date.now();
-  while (!condition()) {
-    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-};
+import { until } from "./helpers/wait.ts";
 
 describe.each(pooledLaunchers)("$name pool: a neighbour too large to move", ({ make }) => {
   it("fails with an error naming MAX_JOURNAL_CHARS when its VM side is killed for another execution", async () => {

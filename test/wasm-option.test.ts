@@ -1,10 +1,10 @@
 /** The `wasm` option: a compiled module, or a promise of one (as `loadQuickJSWasm(path)` users pass it); and the loader. */
-import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CodemodeSandbox, InlineCodemodeSandbox, loadQuickJSWasm, WasmRewriteError } from "airlock-codemode";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import wabtInit from "wabt";
 
 describe.each([
@@ -82,8 +82,14 @@ describe("the prebuilt instrumented module", () => {
     expect(prebuiltTrackedModule(changed)).toBeUndefined();
   });
 
+  const copies: string[] = [];
+  afterAll(() => {
+    for (const dir of copies) rmSync(dir, { recursive: true, force: true });
+  });
+
   it("is not used when the rewriter changed since the build, or when the file does not match its digest", async () => {
     const copy = (dir: string) => {
+      copies.push(dir);
       const rewriters = [
         "write-tracking.js",
         "catchable-oom.js",
