@@ -4,12 +4,16 @@
  * starting it would compute a whole turn before its stop is read), and a run whose calls carry large arguments stays
  * movable, its replay still checked call by call.
  */
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { serveQuickJsProtocol } from "airlock-codemode/adapter-code-quickjs";
 import { describe, expect, it } from "vitest";
 import { WORKER_MAX_STACK_SIZE } from "../dist/engine/limits.js";
 import { runConfiguration } from "../dist/engine/protocol.js";
 import { serveVm } from "../dist/engine/serve.js";
 import { loadQuickJSWasm } from "../dist/engine/wasm.js";
 import { argsKey, Journal, KEPT_ARGS_CHARS, Replay } from "../dist/host/journal.js";
+import { encodeFrame, FrameReader } from "../dist/process/frames.js";
 
 const request = (exec: number, code: string) => ({
   exec,
@@ -99,6 +103,74 @@ describe("a VM side's batch of commands", () => {
       [2, true],
     ]);
     server.close();
+  });
+});
+
+/** A program run (the QuickJS protocol's VM side runs only programs) that calls `add` once, then returns. */
+const programRequest = (exec: number) => ({
+  ...request(exec, "async (input, tools) => { await tools.call('add', { a: 1, b: 2 }); return input; }"),
+  configuration: runConfiguration({
+    tools: [{ name: "add", id: "add", description: "" }],
+    globals: [],
+    deterministic: false,
+    program: true,
+  }),
+  program: { input: String(exec) },
+});
+
+/** A run, another, and the first one's stop, as a pipe holds them after a turn: the first never starts. */
+const batchWithStop = () => [
+  { type: "run", request: programRequest(1) },
+  { type: "run", request: programRequest(2) },
+  { type: "stop", exec: 1, reason: "aborted" },
+];
+
+type Sent = { type: string; exec?: number; result?: { ok: boolean } };
+
+describe("the QuickJS protocol's VM side, given a batch", () => {
+  it("over a transport that hands messages over together, never starts a run stopped in the same batch", async () => {
+    const sent: Sent[] = [];
+    let receive: (messages: unknown[]) => void = () => {};
+    const served = serveQuickJsProtocol({
+      send: (message) => sent.push(message as Sent),
+      onMessage: () => {},
+      onMessages: (handler) => {
+        receive = handler;
+      },
+    });
+    await served.ready;
+    receive(batchWithStop());
+    await settled();
+    // Only run 2 called its tool: run 1 never computed.
+    expect(sent.filter((m) => m.type === "call").map((m) => m.exec)).toEqual([2]);
+    expect(sent.filter((m) => m.type === "done").map((m) => [m.exec, m.result?.ok])).toEqual([[1, false]]);
+    served.close();
+  });
+
+  it("in the container entry, takes a chunk of frames together", async () => {
+    const entry = fileURLToPath(new URL("../dist/adapter-code-docker/serve.js", import.meta.url));
+    const child = spawn(process.execPath, [entry], { stdio: ["pipe", "pipe", "ignore"] });
+    const sent: Sent[] = [];
+    const reader = new FrameReader();
+    child.stdout.on("data", (chunk: Buffer) => sent.push(...(reader.push(chunk) as Sent[])));
+    try {
+      const until = async (what: () => boolean) => {
+        const started = Date.now();
+        while (!what()) {
+          if (Date.now() - started > 20_000) throw new Error(`timed out; the entry sent ${JSON.stringify(sent)}`);
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      };
+      await until(() => sent.some((m) => m.type === "ready"));
+      // One write: the three frames reach the entry in one chunk.
+      child.stdin.write(Buffer.concat(batchWithStop().map((message) => encodeFrame(message))));
+      await until(() => sent.some((m) => m.type === "call"));
+      await settled();
+      expect(sent.filter((m) => m.type === "call").map((m) => m.exec)).toEqual([2]);
+      expect(sent.filter((m) => m.type === "done").map((m) => [m.exec, m.result?.ok])).toEqual([[1, false]]);
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 });
 

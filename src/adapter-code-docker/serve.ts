@@ -5,7 +5,7 @@
 import { serveQuickJsProtocol } from "../adapter-code-quickjs/protocol.ts";
 import { encodeFrame, FrameReader } from "../process/frames.ts";
 
-const handlers: ((message: unknown) => void)[] = [];
+let receive: ((messages: unknown[]) => void) | undefined;
 const reader = new FrameReader();
 for (const name of ["log", "info", "warn", "error", "debug", "trace", "dir"] as const) {
   (console as unknown as Record<string, unknown>)[name] = (...args: unknown[]) =>
@@ -19,10 +19,18 @@ process.stdin.on("data", (chunk: Buffer) => {
     process.stderr.write(`airlock container: ${(error as Error).message}\n`);
     process.exit(70);
   }
-  for (const message of messages) for (const handler of handlers) handler(message);
+  // A chunk's messages go together: a stop among them is handled first (see QuickJsServerTransport.onMessages).
+  receive?.(messages);
 });
 process.stdin.on("end", () => process.exit(0));
 serveQuickJsProtocol({
   send: (message) => process.stdout.write(encodeFrame(message)),
-  onMessage: (handler) => handlers.push(handler),
+  onMessage: (handler) => {
+    receive ??= (messages) => {
+      for (const message of messages) handler(message);
+    };
+  },
+  onMessages: (handler) => {
+    receive = handler;
+  },
 });

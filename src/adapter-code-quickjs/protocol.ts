@@ -47,6 +47,12 @@ export interface QuickJsProtocolTransport {
 export interface QuickJsServerTransport {
   send(message: QuickJsVmMessage): void;
   onMessage(handler: (message: unknown) => void): void;
+  /**
+   * For a transport that reads several messages at once (a pipe's chunk): hands them over together, and a run stopped
+   * among them is stopped before anything else of it is handled. Otherwise a run the host moved away while it waited
+   * would first start, or take a call's answer, and compute a whole turn.
+   */
+  onMessages?(handler: (messages: unknown[]) => void): void;
 }
 
 /** A transport of the user's as a channel of the host peer; `launch()` may return it later, or fail. */
@@ -203,5 +209,6 @@ export function serveQuickJsProtocol(
     },
   );
   transport.onMessage((message) => server.receive(message));
+  transport.onMessages?.((messages) => server.receiveBatch(messages));
   return Object.freeze({ ready: server.ready, close: () => server.close() });
 }
