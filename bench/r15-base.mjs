@@ -1,0 +1,202 @@
+// Airlock against pi-codemode 1.6.0 on the same work, in one process run. Prints a table of medians and the ratio
+// pi / Airlock for each row, and writes the figures to bench/results/latest.json.
+//   npm run bench            (QUICK=1 for fewer iterations)
+import { mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus, totalmem } from "node:os";
+import { Worker } from "node:worker_threads";
+import {
+  InlineCodemodeSandbox as PiInline,
+  CodemodeSandbox as PiSandbox,
+  loadQuickJSWasm as piWasm,
+} from "@earendil-works/pi-codemode";
+import { CodemodeSandbox, InlineCodemodeSandbox } from "/tmp/base/dist/index.js";
+import { median, timeEach } from "/tmp/base/bench/lib.mjs";
+
+const quick = process.env.QUICK === "1";
+const n = (full, small) => (quick ? small : full);
+const echo = { name: "echo", execute: async (args) => args };
+const sleep10 = { name: "sleep", execute: () => new Promise((resolve) => setTimeout(() => resolve(1), 10)) };
+const tools = [echo, sleep10];
+
+/**
+ * Per-call cost of Airlock and pi in us: 1,000 sequential calls per execution (so that the execution's own cost and
+ * timer noise are small next to them), minus an execution without calls. The two are measured in alternation, a few
+ * executions each in turn, so that this machine's drifts hit both alike.
+ */
+async function perCall(airlock, pi, rounds, floor) {
+  const loop = (n) => `for (let i = 0; i < ${n}; i++) await tools.echo(i); return 1;`;
+  const samples = { airlock: { base: [], calls: [] }, pi: { base: [], calls: [] } };
+  const floors = [];
+  for (let round = 0; round < rounds; round++) {
+    if (floor) floors.push(await floor.time(1000));
+    for (const [name, sandbox, each] of [
+      ["airlock", airlock, 3],
+      ["pi", pi, 1],
+    ]) {
+      samples[name].base.push(await timeEach(sandbox, loop(0), each));
+      samples[name].calls.push(await timeEach(sandbox, loop(1000), each));
+      // pi ends each execution's worker thread in the background: let that finish before the other side is timed.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  const perCallUs = ({ base, calls }) => ((median(calls) - median(base)) / 1000) * 1000;
+  return [perCallUs(samples.airlock), perCallUs(samples.pi), floor ? median(floors) : undefined];
+}
+
+/**
+ * The floor under a tool call through a worker, in us: an awaited postMessage round trip to a bare worker thread that
+ * echoes each message (no VM, no tool). Measured in the same rounds as `perCall`, so that drifts hit it alike.
+ */
+function bareRoundTrip() {
+  const worker = new Worker(
+    "const { parentPort } = require('node:worker_threads'); parentPort.on('message', (m) => parentPort.postMessage(m));",
+    { eval: true },
+  );
+  const ask = (value) =>
+    new Promise((resolve) => {
+      worker.once("message", resolve);
+      worker.postMessage(value);
+    });
+  return {
+    async time(calls) {
+      const start = performance.now();
+      for (let i = 0; i < calls; i++) await ask({ i });
+      return ((performance.now() - start) / calls) * 1000;
+    },
+    close: () => worker.terminate(),
+  };
+}
+
+async function stopLateness(sandbox, iterations) {
+  const late = [];
+  for (let i = 0; i < iterations; i++) {
+    const start = performance.now();
+    const result = await sandbox.execute("while (true) {}", { timeoutMs: 100 });
+    late.push(performance.now() - start - 100);
+    if (result.ok || result.error.kind !== "timeout") throw new Error("the loop was not stopped by its deadline");
+  }
+  return median(late);
+}
+
+/**
+ * Executions per second with `concurrent` executions in flight: each of `concurrent` clients starts its next
+ * execution when its last one ended, until `total` have run. Also returns the process's CPU time over the run as a
+ * share of the machine's cores, which tells whether CPU or concurrency was the limit.
+ */
+async function throughput(sandbox, code, concurrent, total) {
+  let started = 0;
+  const client = async () => {
+    while (started < total) {
+      started++;
+      const result = await sandbox.execute(code);
+      if (!result.ok) throw new Error(`${result.error.kind}: ${result.error.message}`);
+    }
+  };
+  const cpu = process.cpuUsage();
+  const start = performance.now();
+  await Promise.all(Array.from({ length: concurrent }, client));
+  const ms = performance.now() - start;
+  const used = process.cpuUsage(cpu);
+  return { perSecond: total / (ms / 1000), cpuShare: (used.user + used.system) / 1000 / ms / availableParallelism() };
+}
+
+const rows = [];
+/** A row of the table; `floor` is a figure of neither product (printed across both columns). */
+function row(name, unit, airlock, pi, better = "lower", floor = undefined) {
+  // A ratio of a figure at or below zero (a stop that came before the deadline) says nothing.
+  const ratio =
+    pi === undefined || airlock === undefined || pi <= 0 || airlock <= 0
+      ? undefined
+      : better === "lower"
+        ? pi / airlock
+        : airlock / pi;
+  rows.push(floor === undefined ? { name, unit, airlock, pi, ratio } : { name, unit, floor });
+  const fmt = (v) => (v === undefined ? "n/a" : v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
+  const figures =
+    floor === undefined ? `${fmt(airlock).padStart(10)} ${fmt(pi).padStart(10)}` : fmt(floor).padStart(21);
+  console.log(`${name.padEnd(44)} ${figures} ${unit.padEnd(8)} ${ratio === undefined ? "" : `${ratio.toFixed(1)}x`}`);
+}
+
+const machine = {
+  node: process.version,
+  cpu: cpus()[0]?.model ?? "unknown",
+  cores: availableParallelism(),
+  memoryGiB: Math.round(totalmem() / 2 ** 30),
+  platform: `${process.platform}-${process.arch}`,
+};
+console.log(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
+console.log(`${"row".padEnd(44)} ${"Airlock".padStart(10)} ${"pi 1.6.0".padStart(10)} ${"unit".padEnd(8)} pi/Airlock`);
+
+const wasm = await piWasm();
+const airWorker = new CodemodeSandbox({ tools, timeoutMs: 30_000 });
+const airInline = new InlineCodemodeSandbox({ tools, timeoutMs: 30_000 });
+const piWorker = new PiSandbox({ tools, timeoutMs: 30_000 });
+const piInline = new PiInline({ tools, wasm, timeoutMs: 30_000 });
+await airWorker.warm();
+await airInline.warm();
+// Warm-up: JIT, first VMs, the peers' first worker.
+await timeEach(airWorker, "return 1", 200);
+await timeEach(airInline, "return 1", 200);
+await timeEach(piWorker, "return 1", 2);
+await timeEach(piInline, "return 1", 3);
+
+// 1. return 1, sequential
+row(
+  "1. return 1, worker (median)",
+  "ms",
+  await timeEach(airWorker, "return 1", n(2000, 300)),
+  await timeEach(piWorker, "return 1", n(30, 8)),
+);
+row(
+  "1. return 1, inline (median)",
+  "ms",
+  await timeEach(airInline, "return 1", n(2000, 300)),
+  await timeEach(piInline, "return 1", n(60, 15)),
+);
+
+// 2. per-call cost of 100 sequential echo calls in one execution
+const floor = bareRoundTrip();
+const [workerCall, piWorkerCall, roundTrip] = await perCall(airWorker, piWorker, n(9, 3), floor);
+await floor.close();
+row("2. tool call, worker (per call)", "us", workerCall, piWorkerCall);
+// Neither product: what any tool call through a worker costs at least on this machine, in this run.
+row("2. floor: bare postMessage round trip", "us", undefined, undefined, "lower", roundTrip);
+row("2. tool call, inline (per call)", "us", ...(await perCall(airInline, piInline, n(9, 3))));
+
+// 3. interpreter-bound loop
+const loop = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
+row(
+  "3. 1e6-iteration loop, worker",
+  "ms",
+  await timeEach(airWorker, loop, n(15, 4)),
+  await timeEach(piWorker, loop, n(8, 3)),
+);
+row(
+  "3. 1e6-iteration loop, inline",
+  "ms",
+  await timeEach(airInline, loop, n(15, 4)),
+  await timeEach(piInline, loop, n(8, 3)),
+);
+
+// 4. how late a 100 ms deadline stops while(true){} (pi inline stops by interrupt budget, not deadline: not compared)
+row(
+  "4. while(true) stop after deadline, worker",
+  "ms",
+  await stopLateness(airWorker, n(10, 3)),
+  await stopLateness(piWorker, n(5, 2)),
+);
+row("4. while(true) stop after deadline, inline", "ms", await stopLateness(airInline, n(10, 3)), undefined);
+
+// 5. throughput with 64 executions in flight (pi: one execution per client, as its worker spends ~100 ms on each).
+// Airlock's runs come first, after a pause: pi ends each execution's worker thread in the background, and 64 of those
+// ending at once would take CPU from whatever is measured next.
+await new Promise((resolve) => setTimeout(resolve, 1000));
+const pre = process.argv[2] === "pre" ? await throughput(airWorker, "return 1", 64, 1000) : 0; const trivialWorker = await throughput(airWorker, "return 1", 64, n(20_000, 3_000)); const second = await throughput(airWorker, "return 1", 64, n(20_000, 3_000));
+const waiting = await throughput(airWorker, "return await tools.sleep()", 64, n(20_000, 3_000));
+// Whether concurrency or CPU is the limit, directly: with half as many executions in flight, a system limited by
+// concurrency does half as much (the ratio is 2); one limited by CPU does as much (the ratio is 1).
+const halfWaiting = await throughput(airWorker, "return await tools.sleep()", 32, n(10_000, 1_500));
+// And with twice as many: a system whose CPU was the limit at 64 does no more at 128 (the ratio is 1).
+const doubleWaiting = await throughput(airWorker, "return await tools.sleep()", 128, n(20_000, 3_000));
+const trivialInline = await throughput(airInline, "return 1", 64, n(20_000, 3_000));
+console.log("ROW5", trivialWorker.perSecond.toFixed(0), "second", second.perSecond.toFixed(0)); process.exit(0);
