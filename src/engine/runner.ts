@@ -5,6 +5,7 @@
  * serve loop (serve.ts) or, on the calling thread, the inline launcher.
  */
 import type { JSValueHandle } from "quickjs-wasi";
+import { IdMap } from "./id-map.ts";
 import { clipError, JOBS_PER_INTERRUPT_CHECK } from "./limits.ts";
 import { SCRIPT_FILENAME } from "./prelude.ts";
 import {
@@ -86,7 +87,7 @@ export const LONG_TURN_MS = 5;
 export class VmRunner {
   private readonly vms: VmPool;
   private readonly scripts = new ScriptCache(SCRIPT_FILENAME);
-  private readonly runs = new Map<number, VmRun>();
+  private readonly runs = new IdMap<VmRun>();
   /** True while guest code runs on this thread; commands that arrive meanwhile wait in `deferred`. */
   private busy = false;
   /** Whether `onLongTurn` heard of the current turn. */

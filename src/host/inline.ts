@@ -1,4 +1,5 @@
 /** Runs VMs on the calling thread. A script that computes blocks the caller until it awaits or is interrupted. */
+import { IdMap } from "../engine/id-map.ts";
 import { placedRequest, sandboxFailure, type VmEvent } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
@@ -22,7 +23,7 @@ interface InlineRun {
 }
 
 export class InlineLauncher implements Launcher {
-  private readonly runs = new Map<number, InlineRun>();
+  private readonly runs = new IdMap<InlineRun>();
   /** Runs waiting for memory, in order. */
   private readonly waiting: number[] = [];
   private readonly runner: VmRunner;

@@ -6,6 +6,7 @@
  * protocol, fails, or does not stop a run in time. What happens to the runs of a VM side that is gone is the pool's
  * decision (pool.ts): the peer only reports them.
  */
+import { IdMap } from "../engine/id-map.ts";
 import { runSoon } from "../engine/platform.ts";
 import {
   type CallOutcome,
@@ -123,7 +124,7 @@ export interface PeerRun {
 }
 
 export class HostPeer {
-  readonly runs = new Map<number, PeerRun>();
+  readonly runs = new IdMap<PeerRun>();
   readonly ready: Promise<void>;
   dead = false;
   booted = false;
@@ -138,7 +139,7 @@ export class HostPeer {
   /** The turn whose thread CPU time `computedMs` follows: its count, the CPU time when first seen, and the last read. */
   private longTurnSeen: { count: number; cpuAtFirst: number; cpuMs: number; readAt: number } | undefined;
   private readonly slots: number[] = [];
-  private readonly slotRuns = new Map<number, number>();
+  private readonly slotRuns = new IdMap<number>();
   /** The highest run id sent: a message for a higher one (or 0) is a protocol break, a lower unknown one is late. */
   private lastSent = 0;
   private bootTimer: ReturnType<typeof setTimeout> | undefined;

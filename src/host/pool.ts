@@ -14,6 +14,7 @@
  *   most executions), and a sandbox that was warmed warms the spare too.
  */
 
+import { IdMap } from "../engine/id-map.ts";
 import {
   type CallOutcome,
   CPU_LIMIT_ERROR,
@@ -183,7 +184,7 @@ export class PeerPool implements Launcher {
   private readonly peers: HostPeer[] = [];
   private readonly waiting: PoolRun[] = [];
   /** Runs by their current exec id (a moved run gets a new one). */
-  private readonly byExec = new Map<number, PoolRun>();
+  private readonly byExec = new IdMap<PoolRun>();
   private lastExec = 0;
   private closed = false;
   private checkTimer: ReturnType<typeof setTimeout> | undefined;

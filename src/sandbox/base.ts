@@ -2,6 +2,8 @@
  * The public sandbox API, shared by every launcher: option checks, the tool registry, `execute`, deterministic
  * `start` runs, and `close`. Subclasses only choose the launcher.
  */
+
+import { IdMap } from "../engine/id-map.ts";
 import {
   DEFAULT_MAX_TOOL_CALLS,
   DEFAULT_TIMEOUT_MS,
@@ -101,7 +103,9 @@ export abstract class CodemodeSandboxBase {
   private readonly toolMap = new Map<string, CodemodeTool>();
   private readonly globalMap = new Map<string, CodemodeTool>();
   private view: RegistryView | undefined;
-  private readonly executions = new Set<Execution>();
+  /** Open executions by a number of their own (an IdMap: see id-map.ts), so that close() stops them. */
+  private readonly executions = new IdMap<Execution>();
+  private lastExecution = 0;
   private readonly timeoutMs: number;
   private readonly memoryLimitBytes: number;
   private readonly maxToolCalls: number;
@@ -218,6 +222,7 @@ export abstract class CodemodeSandboxBase {
     const request = this.request(script, store, timeoutMs, null, view.configuration);
     // A span for the execution, and one for each tool call, when a tracer records (see tracing/).
     const trace = startTrace("airlock.execute", { "airlock.sandbox": this.constructor.name });
+    const id = ++this.lastExecution;
     const execution = new Execution(this.launcher, {
       request,
       handler: {
@@ -231,8 +236,8 @@ export abstract class CodemodeSandboxBase {
       signal: options.signal,
       timeoutMs,
       onProgress: options.onProgress,
-      onStart: (e) => this.executions.add(e),
-      onEnd: (e) => this.executions.delete(e),
+      onStart: (e) => this.executions.set(id, e),
+      onEnd: () => this.executions.delete(id),
     });
     const result = execution.result.then((result) => explained(result, code));
     if (trace === undefined) return result;
@@ -326,6 +331,7 @@ export abstract class CodemodeSandboxBase {
       runConfiguration({ tools, globals, deterministic: true, program: false }),
     );
     // A script that did not compile (TypeScript) has its result already: nothing runs, and no hook is called.
+    const id = ++this.lastExecution;
     const execution =
       typeof script !== "string"
         ? undefined
@@ -341,8 +347,8 @@ export abstract class CodemodeSandboxBase {
             },
             signal: options.signal,
             timeoutMs,
-            onStart: (e) => this.executions.add(e),
-            onEnd: (e) => this.executions.delete(e),
+            onStart: (e) => this.executions.set(id, e),
+            onEnd: () => this.executions.delete(id),
           });
     const result = execution
       ? execution.result.then((ended) => explained(ended, code))
@@ -366,7 +372,7 @@ export abstract class CodemodeSandboxBase {
   close(): Promise<void> {
     if (!this.closing) {
       this.closed = true;
-      for (const execution of [...this.executions]) execution.stop("aborted", "Sandbox closed");
+      for (const execution of [...this.executions.values()]) execution.stop("aborted", "Sandbox closed");
       this.closing = this.launcher.close();
     }
     return this.closing;
@@ -391,6 +397,7 @@ export abstract class CodemodeSandboxBase {
 
   private async runHostWarm(): Promise<void> {
     for (let i = 0; i < HOST_WARM_RUNS && !this.closed; i++) {
+      const id = ++this.lastExecution;
       const execution = new Execution(this.launcher, {
         request: {
           code: 'let t = 0; for (let i = 0; i < 3; i++) t += await tools.warm(i); text("w" + t); return t;',
@@ -409,8 +416,8 @@ export abstract class CodemodeSandboxBase {
         handler: { kind: "tools", resolve: (target) => (target === "tool" ? WARM_TOOL : undefined) },
         signal: undefined,
         timeoutMs: Number.POSITIVE_INFINITY,
-        onStart: (e) => this.executions.add(e),
-        onEnd: (e) => this.executions.delete(e),
+        onStart: (e) => this.executions.set(id, e),
+        onEnd: () => this.executions.delete(id),
       });
       await execution.result;
     }
