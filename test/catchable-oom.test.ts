@@ -77,6 +77,11 @@ describe("catchable out-of-memory errors", () => {
     };
     const plain = assemble('(module (memory 1) (func (export "f")))');
     expect(Buffer.from(catchableOutOfMemory(plain)).equals(Buffer.from(plain))).toBe(true);
+    // A copy, also of a Buffer (whose slice() shares its bytes): what is returned never changes the caller's bytes.
+    const given = Buffer.from(plain);
+    const returned = catchableOutOfMemory(given);
+    returned[returned.length - 1] ^= 0xff;
+    expect(given.equals(Buffer.from(plain))).toBe(true);
     const otherShape = assemble(`(module
       (global (mut i32) (i32.const 0))
       (func $internal (param i32 i32 i32) (result i64) (i64.const 0))

@@ -48,7 +48,8 @@ export function catchableOutOfMemory(bytes: Uint8Array): Uint8Array<ArrayBuffer>
   const body = (id: number) => sections.find((s) => s.id === id)?.body;
   const exportBody = body(7);
   const exported = exportBody ? exportedFunctions(exportBody) : new Map<string, number>();
-  if (!exported.has(THROW_OUT_OF_MEMORY)) return bytes.slice() as Uint8Array<ArrayBuffer>;
+  // A copy, as for a rewritten module: a Buffer's slice() would share the caller's bytes.
+  if (!exported.has(THROW_OUT_OF_MEMORY)) return new Uint8Array(bytes);
   const codeBody = body(10);
   const globalBody = body(6);
   if (!exportBody || !codeBody || !globalBody) throw new WasmRewriteError("the module has no code or globals");
