@@ -6,7 +6,9 @@
  *   git worktree add /tmp/before <commit> && (cd /tmp/before && npm ci && npm run build)
  *   node bench/builds.mjs /tmp/before/dist dist
  *
- * Prints the median of each row per build and the ratio new / old.
+ * Prints the median of each row per build and the ratio new / old. Both builds share this process's heap, so what one
+ * leaves to the garbage collector slows the other too: for such a change, run each build in a process of its own, in
+ * alternation, as well.
  */
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
