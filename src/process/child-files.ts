@@ -10,6 +10,7 @@ import {
   constants,
   cpSync,
   existsSync,
+  lstatSync,
   mkdtempSync,
   readdirSync,
   realpathSync,
@@ -80,6 +81,48 @@ function accessibleBy(path: string, uid: number, gid: number): boolean {
 
 const staged = new Map<string, string>();
 let stagingRoot: string | undefined;
+/** A staging directory is named for the process that made it: `airlock-files-<pid>-<random>`. */
+const STAGING_PREFIX = "airlock-files-";
+
+/**
+ * Removes the staging directories of this user's processes that are gone: a process removes its own at exit, but one
+ * that is killed (SIGKILL, a crash) cannot, and each copy is several megabytes.
+ */
+export function removeStaleStaging(dir = tmpdir()): string[] {
+  const removed: string[] = [];
+  const uid = process.getuid?.();
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return removed;
+  }
+  for (const name of names) {
+    const pid = /^airlock-files-(\d+)-\w+$/.exec(name)?.[1];
+    if (pid === undefined || Number(pid) === process.pid || processAlive(Number(pid))) continue;
+    const path = join(dir, name);
+    try {
+      const st = lstatSync(path);
+      // Only real directories of this user: never a link, never another user's.
+      if (!st.isDirectory() || st.uid !== uid) continue;
+      rmSync(path, { recursive: true, force: true });
+      removed.push(path);
+    } catch {
+      // Removed meanwhile by another process sweeping too.
+    }
+  }
+  return removed;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists, as another user's.
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
 
 /**
  * A host running as root starts the children as an unprivileged user, whose process limit the kernel enforces (it
@@ -93,7 +136,8 @@ export function stageFor(files: ChildFiles, uid: number, gid: number): void {
     let copy = staged.get(bind.source);
     if (!copy) {
       if (!stagingRoot) {
-        stagingRoot = mkdtempSync(join(tmpdir(), "airlock-files-"));
+        removeStaleStaging();
+        stagingRoot = mkdtempSync(join(tmpdir(), `${STAGING_PREFIX}${process.pid}-`));
         chmodSync(stagingRoot, 0o755);
         const root = stagingRoot;
         process.once("exit", () => rmSync(root, { recursive: true, force: true }));
