@@ -11,11 +11,15 @@
  */
 import {
   Decoder,
+  EXPORT_GLOBAL,
   exportItem,
+  I32,
   importCounts,
+  MUTABLE,
   Reader,
   replaceSections,
   sectionsOf,
+  WasmOp,
   WasmRewriteError,
   Writer,
   withItem,
@@ -27,15 +31,6 @@ export const OUT_OF_MEMORY_EXPORT = "airlock_out_of_memory_errors";
 const THROW_OUT_OF_MEMORY = "JS_ThrowOutOfMemory";
 const THROW_INTERNAL_ERROR = "JS_ThrowInternalError";
 const RESET_UNCATCHABLE = "JS_ResetUncatchableError";
-
-const I32 = 0x7f;
-const OP_CALL = 0x10;
-const OP_DROP = 0x1a;
-const OP_LOCAL_GET = 0x20;
-const OP_GLOBAL_GET = 0x23;
-const OP_GLOBAL_SET = 0x24;
-const OP_I32_CONST = 0x41;
-const OP_I32_ADD = 0x6a;
 
 /**
  * Returns the module with `JS_ThrowOutOfMemory` rewritten (see the file comment) and `OUT_OF_MEMORY_EXPORT` added; a
@@ -85,8 +80,8 @@ export function catchableOutOfMemory(bytes: Uint8Array): Uint8Array<ArrayBuffer>
     }
   }
   const replaced = new Map<number, number[] | Uint8Array>([
-    [6, withItem(globalBody, [I32, 0x01, OP_I32_CONST, 0x00, 0x0b])],
-    [7, withItem(exportBody, exportItem(OUT_OF_MEMORY_EXPORT, 0x03, counter))],
+    [6, withItem(globalBody, [I32, MUTABLE, WasmOp.i32Const, 0, WasmOp.end])],
+    [7, withItem(exportBody, exportItem(OUT_OF_MEMORY_EXPORT, EXPORT_GLOBAL, counter))],
     [10, out.result()],
   ]);
   return replaceSections(bytes, sections, replaced);
@@ -113,24 +108,24 @@ function patchBody(
   for (let pos = r.pos; pos < body.length; ) {
     const start = pos;
     pos = decoder.next(pos);
-    if (body[start] !== OP_CALL) continue;
+    if (body[start] !== WasmOp.call) continue;
     decoder.readLeb(start + 1);
     if (decoder.number !== throwInternalError) continue;
     found++;
-    if (body[pos] !== OP_DROP) throw new WasmRewriteError(`${THROW_OUT_OF_MEMORY} uses the error it throws`);
+    if (body[pos] !== WasmOp.drop) throw new WasmRewriteError(`${THROW_OUT_OF_MEMORY} uses the error it throws`);
     insertAt = pos + 1;
   }
   if (found !== 1) {
     throw new WasmRewriteError(`${THROW_OUT_OF_MEMORY} calls ${THROW_INTERNAL_ERROR} ${found} times, not once`);
   }
   const added = new Writer(32);
-  added.op(OP_LOCAL_GET, 0);
-  added.op(OP_CALL, resetUncatchable);
-  added.op(OP_GLOBAL_GET, counter);
-  added.u8(OP_I32_CONST);
+  added.op(WasmOp.localGet, 0);
+  added.op(WasmOp.call, resetUncatchable);
+  added.op(WasmOp.globalGet, counter);
+  added.u8(WasmOp.i32Const);
   added.sleb(1);
-  added.u8(OP_I32_ADD);
-  added.op(OP_GLOBAL_SET, counter);
+  added.u8(WasmOp.i32Add);
+  added.op(WasmOp.globalSet, counter);
   const patched = new Uint8Array(body.length + added.length);
   patched.set(body.subarray(0, insertAt));
   patched.set(added.result(), insertAt);

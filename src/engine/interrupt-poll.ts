@@ -7,22 +7,13 @@
  * INTERRUPT_POLL_TICKS: ten times as often, which costs nothing measurable (a poll is a call into the host every few
  * microseconds of a tight loop), where a hundred times as often cost 5-50% of compute-bound scripts.
  */
-import { Decoder, Reader, readExports, sectionsOf, WasmRewriteError } from "./wasm-binary.ts";
+import { Decoder, Reader, readExports, sectionsOf, WasmOp, WasmRewriteError } from "./wasm-binary.ts";
 
 /** Ticks between two interrupt polls of the rewritten engine (QuickJS-NG's own: 10,000). */
 export const INTERRUPT_POLL_TICKS = 1_000;
 
 /** QuickJS-NG's `JS_INTERRUPT_COUNTER_INIT`. */
 const QUICKJS_POLL_TICKS = 10_000;
-
-const OP_LOCAL_GET = 0x20;
-const OP_LOCAL_TEE = 0x22;
-const OP_I32_LOAD = 0x28;
-const OP_I32_STORE = 0x36;
-const OP_I32_CONST = 0x41;
-const OP_I32_SUB = 0x6b;
-const OP_I32_LE_S = 0x4c;
-const OP_IF = 0x04;
 
 /** One decoded instruction: its opcode, its first immediate (a local, a constant, a memory offset) and its bytes. */
 interface Instruction {
@@ -104,10 +95,10 @@ function pollResetSite(code: Uint8Array, start: number, end: number): number | u
       if (head.length === 11 && !isPollOpening(head)) return undefined;
     }
     if (
-      instruction.op === OP_I32_STORE &&
-      previous?.op === OP_I32_CONST &&
+      instruction.op === WasmOp.i32Store &&
+      previous?.op === WasmOp.i32Const &&
       (previous.immediate === QUICKJS_POLL_TICKS || previous.immediate === INTERRUPT_POLL_TICKS) &&
-      beforePrevious?.op === OP_LOCAL_GET &&
+      beforePrevious?.op === WasmOp.localGet &&
       beforePrevious.immediate === 0 &&
       instruction.immediate === head[2]?.immediate
     ) {
@@ -139,23 +130,23 @@ function isPollOpening(head: Instruction[]): boolean {
     Instruction,
   ];
   return (
-    a.op === OP_LOCAL_GET &&
+    a.op === WasmOp.localGet &&
     a.immediate === 0 &&
-    b.op === OP_LOCAL_GET &&
+    b.op === WasmOp.localGet &&
     b.immediate === 0 &&
-    load.op === OP_I32_LOAD &&
-    tee.op === OP_LOCAL_TEE &&
-    one.op === OP_I32_CONST &&
+    load.op === WasmOp.i32Load &&
+    tee.op === WasmOp.localTee &&
+    one.op === WasmOp.i32Const &&
     one.immediate === 1 &&
-    sub.op === OP_I32_SUB &&
-    store.op === OP_I32_STORE &&
+    sub.op === WasmOp.i32Sub &&
+    store.op === WasmOp.i32Store &&
     store.immediate === load.immediate &&
-    get.op === OP_LOCAL_GET &&
+    get.op === WasmOp.localGet &&
     get.immediate === tee.immediate &&
-    one2.op === OP_I32_CONST &&
+    one2.op === WasmOp.i32Const &&
     one2.immediate === 1 &&
-    le.op === OP_I32_LE_S &&
-    branch.op === OP_IF
+    le.op === WasmOp.i32LeS &&
+    branch.op === WasmOp.if
   );
 }
 
@@ -163,12 +154,12 @@ function decode(code: Uint8Array, decoder: Decoder, start: number): Instruction 
   const op = code[start] as number;
   const end = decoder.next(start);
   let immediate = Number.NaN;
-  if (op === OP_LOCAL_GET || op === OP_LOCAL_TEE) {
+  if (op === WasmOp.localGet || op === WasmOp.localTee) {
     decoder.readLeb(start + 1);
     immediate = decoder.number;
-  } else if (op === OP_I32_CONST) {
+  } else if (op === WasmOp.i32Const) {
     immediate = new Reader(code, start + 1, end).signed(32);
-  } else if (op === OP_I32_LOAD || op === OP_I32_STORE) {
+  } else if (op === WasmOp.i32Load || op === WasmOp.i32Store) {
     // The alignment, then the offset.
     decoder.readLeb(decoder.readLeb(start + 1));
     immediate = decoder.number;

@@ -14,16 +14,21 @@
 import { findPollFunction } from "./interrupt-poll.ts";
 import {
   Decoder,
+  EXPORT_GLOBAL,
   exportItem,
+  FUNC_TYPE,
   I32,
   importCounts,
+  MUTABLE,
   Reader,
   readExports,
   replaceSections,
   sectionsOf,
   sleb,
   uleb,
+  VOID_BLOCK,
   vec,
+  WasmOp,
   WasmRewriteError,
   Writer,
   withItem,
@@ -38,23 +43,6 @@ export const LOOP_TICK_PERIOD = 10_000;
 const HOST_INTERRUPT = { module: "env", name: "host_interrupt" };
 /** quickjs-wasi's export that installs the interrupt handler: a module without it is not quickjs-wasi's engine. */
 const SET_INTERRUPT_HANDLER = "qjs_set_interrupt_handler";
-
-const OP_LOOP = 0x03;
-const OP_IF = 0x04;
-const OP_END = 0x0b;
-const OP_CALL = 0x10;
-const OP_DROP = 0x1a;
-const OP_LOCAL_GET = 0x20;
-const OP_LOCAL_SET = 0x21;
-const OP_LOCAL_TEE = 0x22;
-const OP_GLOBAL_SET = 0x24;
-const OP_I32_LOAD = 0x28;
-const OP_I32_STORE = 0x36;
-const OP_I32_CONST = 0x41;
-const OP_I32_EQZ = 0x45;
-const OP_I32_SUB = 0x6b;
-const VOID_BLOCK = 0x40;
-const FUNC_TYPE = 0x60;
 
 interface FunctionType {
   params: number[];
@@ -119,17 +107,17 @@ export function tickLoops(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   if (ticking === 0) throw new WasmRewriteError("the engine has no loops to tick");
   const tickBody = [
     0, // no locals
-    ...[OP_I32_CONST, 1, OP_GLOBAL_SET, ...uleb(inTick)],
-    ...[OP_CALL, ...uleb(hostInterrupt), OP_DROP],
-    ...[OP_I32_CONST, 0, OP_GLOBAL_SET, ...uleb(inTick), OP_END],
+    ...[WasmOp.i32Const, 1, WasmOp.globalSet, ...uleb(inTick)],
+    ...[WasmOp.call, ...uleb(hostInterrupt), WasmOp.drop],
+    ...[WasmOp.i32Const, 0, WasmOp.globalSet, ...uleb(inTick), WasmOp.end],
   ];
   out.uleb(tickBody.length);
   out.bytes(tickBody);
 
   const replaced = new Map<number, number[] | Uint8Array>([
     [3, withItem(functionBody, uleb(voidType))],
-    [6, withItem(globalBody, [I32, 0x01, OP_I32_CONST, 0, OP_END])],
-    [7, withItem(exportBody, exportItem(LOOP_TICK_EXPORT, 0x03, inTick))],
+    [6, withItem(globalBody, [I32, MUTABLE, WasmOp.i32Const, 0, WasmOp.end])],
+    [7, withItem(exportBody, exportItem(LOOP_TICK_EXPORT, EXPORT_GLOBAL, inTick))],
     [10, out.result()],
   ]);
   if (newType) replaced.set(1, withItem(typeBody, [FUNC_TYPE, 0, 0]));
@@ -152,10 +140,10 @@ function withTicks(fn: Uint8Array, params: number, tick: number): Uint8Array | u
     locals += count;
   }
   const counter = uleb(params + locals);
-  const reset = [OP_I32_CONST, ...sleb(LOOP_TICK_PERIOD), OP_LOCAL_SET, ...counter];
+  const reset = [WasmOp.i32Const, ...sleb(LOOP_TICK_PERIOD), WasmOp.localSet, ...counter];
   const check = [
-    ...[OP_LOCAL_GET, ...counter, OP_I32_CONST, 1, OP_I32_SUB, OP_LOCAL_TEE, ...counter, OP_I32_EQZ],
-    ...[OP_IF, VOID_BLOCK, OP_CALL, ...uleb(tick), ...reset, OP_END],
+    ...[WasmOp.localGet, ...counter, WasmOp.i32Const, 1, WasmOp.i32Sub, WasmOp.localTee, ...counter, WasmOp.i32Eqz],
+    ...[WasmOp.if, VOID_BLOCK, WasmOp.call, ...uleb(tick), ...reset, WasmOp.end],
   ];
   const decoder = new Decoder(fn);
   let out: Writer | undefined;
@@ -163,7 +151,7 @@ function withTicks(fn: Uint8Array, params: number, tick: number): Uint8Array | u
   for (let pos = r.pos; pos < fn.length; ) {
     const start = pos;
     pos = decoder.next(pos);
-    if (fn[start] !== OP_LOOP) continue;
+    if (fn[start] !== WasmOp.loop) continue;
     if (!out) {
       out = new Writer(fn.length + 64);
       out.bytes(vec([...declarations, [1, I32]]));
@@ -182,7 +170,7 @@ function withTicks(fn: Uint8Array, params: number, tick: number): Uint8Array | u
 function callsFunction(fn: Uint8Array, index: number): boolean {
   let found = false;
   eachInstruction(fn, (op, start, decoder) => {
-    if (op !== OP_CALL || found) return;
+    if (op !== WasmOp.call || found) return;
     decoder.readLeb(start + 1);
     if (decoder.number === index) found = true;
   });
@@ -203,7 +191,7 @@ function interruptHandlerOffset(code: Uint8Array, index: number): number {
   const fn = code.subarray(r.pos, r.pos + size);
   let offset: number | undefined;
   eachInstruction(fn, (op, start, decoder) => {
-    if (op !== OP_I32_STORE) return;
+    if (op !== WasmOp.i32Store) return;
     decoder.readLeb(decoder.readLeb(start + 1));
     offset = decoder.number;
   });
@@ -215,7 +203,7 @@ function interruptHandlerOffset(code: Uint8Array, index: number): number {
 function loadsAt(fn: Uint8Array, offset: number): boolean {
   let found = false;
   eachInstruction(fn, (op, start, decoder) => {
-    if (op !== OP_I32_LOAD || found) return;
+    if (op !== WasmOp.i32Load || found) return;
     decoder.readLeb(decoder.readLeb(start + 1));
     if (decoder.number === offset) found = true;
   });

@@ -1,6 +1,6 @@
 /**
- * Reading and writing WebAssembly binaries, as much as the rewriters need (write-tracking.ts, catchable-oom.ts):
- * sections, LEB128 numbers, value types, a decoder that walks code one instruction at a time and notes what each
+ * Reading and writing WebAssembly binaries, as much as the rewriters need (write-tracking.ts, catchable-oom.ts,
+ * loop-ticks.ts, interrupt-poll.ts): sections, LEB128 numbers, value types, the opcodes they emit, a decoder that walks code one instruction at a time and notes what each
  * writes, and the editing of vector sections.
  */
 
@@ -9,6 +9,44 @@ export const I64 = 0x7e;
 export const F32 = 0x7d;
 export const F64 = 0x7c;
 export const V128 = 0x7b;
+/** The block type of a block that takes and leaves nothing, and the form byte of a function type. */
+export const VOID_BLOCK = 0x40;
+export const FUNC_TYPE = 0x60;
+/** Export kinds, and the flag of a mutable global. */
+export const EXPORT_FUNC = 0x00;
+export const EXPORT_GLOBAL = 0x03;
+export const MUTABLE = 0x01;
+
+/** The opcodes the rewriters emit or look for, named as in the text format. */
+export const WasmOp = {
+  unreachable: 0x00,
+  loop: 0x03,
+  if: 0x04,
+  end: 0x0b,
+  brIf: 0x0d,
+  return: 0x0f,
+  call: 0x10,
+  drop: 0x1a,
+  localGet: 0x20,
+  localSet: 0x21,
+  localTee: 0x22,
+  globalGet: 0x23,
+  globalSet: 0x24,
+  i32Load: 0x28,
+  i32Store: 0x36,
+  i32Store8: 0x3a,
+  i32Const: 0x41,
+  i32Eqz: 0x45,
+  i32LtU: 0x49,
+  i32GtU: 0x4b,
+  i32LeS: 0x4c,
+  i32LeU: 0x4d,
+  i32Add: 0x6a,
+  i32Sub: 0x6b,
+  i32And: 0x71,
+  i32Or: 0x72,
+  i32ShrU: 0x76,
+} as const;
 
 /** Value types of the stores, by opcode (0: not a store). */
 export const STORE_VALUE = new Uint8Array(256);

@@ -33,9 +33,11 @@ const MIN_STACK_TOP = 512 * 1024;
 import {
   constantI32,
   Decoder,
+  EXPORT_FUNC,
   exportItem,
   F32,
   F64,
+  FUNC_TYPE,
   I32,
   I64,
   importCounts,
@@ -49,7 +51,9 @@ import {
   sleb,
   uleb,
   V128,
+  VOID_BLOCK,
   vec,
+  WasmOp,
   WasmRewriteError,
   WRITES_NOTHING,
   WRITES_STORE,
@@ -83,7 +87,7 @@ function checkLayout(sections: Section[]): void {
     }
     // Skip an initializer expression of one constant instruction.
     g.pos = new Decoder(globals.body).next(g.pos);
-    if (g.u8() !== 0x0b) throw new WasmRewriteError("a global's initializer is not a single constant");
+    if (g.u8() !== WasmOp.end) throw new WasmRewriteError("a global's initializer is not a single constant");
   }
   if (stackTop < MIN_STACK_TOP) {
     throw new WasmRewriteError(`the stack starts at ${stackTop}, too close to the write map at ${MAP_BASE}`);
@@ -173,51 +177,43 @@ function rewriteBody(body: Uint8Array, paramCount: number, markFunction: number,
 /** Before a store (stack: address, value): traps below GUARD_END, marks the block, and puts both operands back. */
 function storePrologue(w: Writer, base: number, valueType: number, offset: number): void {
   const value = base + (VALUE_SLOT[valueType] as number);
-  w.op(0x21, value); // local.set value
-  w.op(0x22, base + ADDRESS); // local.tee address
+  w.op(WasmOp.localSet, value);
+  w.op(WasmOp.localTee, base + ADDRESS);
   if (offset !== 0) {
-    w.u8(0x41); // i32.const offset
+    w.u8(WasmOp.i32Const);
     w.sleb(offset);
-    w.u8(0x6a); // i32.add
+    w.u8(WasmOp.i32Add);
   }
-  w.op(0x22, base + EFFECTIVE); // local.tee effective
-  w.u8(0x41); // i32.const GUARD_END
+  w.op(WasmOp.localTee, base + EFFECTIVE);
+  w.u8(WasmOp.i32Const);
   w.sleb(GUARD_END);
-  w.u8(0x49); // i32.lt_u
+  w.u8(WasmOp.i32LtU);
   w.bytes(IF_TRAP);
-  w.op(0x20, base + EFFECTIVE);
+  w.op(WasmOp.localGet, base + EFFECTIVE);
   w.bytes(MARK_BLOCK);
-  w.op(0x20, base + ADDRESS);
-  w.op(0x20, value);
+  w.op(WasmOp.localGet, base + ADDRESS);
+  w.op(WasmOp.localGet, value);
 }
 
 /** if unreachable end */
-const IF_TRAP = [0x04, 0x40, 0x00, 0x0b];
-/** (address on the stack) >> BLOCK_SHIFT & MASK, then map[block] = 1. */
+const IF_TRAP = [WasmOp.if, VOID_BLOCK, WasmOp.unreachable, WasmOp.end];
+/** (address on the stack) >> BLOCK_SHIFT & MASK, then map[block] = 1 (i32.store8 with alignment 0). */
 const MARK_BLOCK = [
-  0x41,
-  ...sleb(BLOCK_SHIFT),
-  0x76,
-  0x41,
-  ...sleb(MASK),
-  0x71,
-  0x41,
-  0x01,
-  0x3a,
-  0x00,
-  ...uleb(MAP_BASE),
+  ...[WasmOp.i32Const, ...sleb(BLOCK_SHIFT), WasmOp.i32ShrU],
+  ...[WasmOp.i32Const, ...sleb(MASK), WasmOp.i32And],
+  ...[WasmOp.i32Const, 1, WasmOp.i32Store8, 0, ...uleb(MAP_BASE)],
 ];
 
 /** Before memory.fill/copy/init (stack: destination, value or source, length): marks the destination range. */
 function bulkPrologue(w: Writer, base: number, markFunction: number): void {
-  w.op(0x21, base + LENGTH);
-  w.op(0x21, base + SOURCE);
-  w.op(0x22, base + ADDRESS);
-  w.op(0x20, base + LENGTH);
-  w.op(0x10, markFunction); // call mark
-  w.op(0x20, base + ADDRESS);
-  w.op(0x20, base + SOURCE);
-  w.op(0x20, base + LENGTH);
+  w.op(WasmOp.localSet, base + LENGTH);
+  w.op(WasmOp.localSet, base + SOURCE);
+  w.op(WasmOp.localTee, base + ADDRESS);
+  w.op(WasmOp.localGet, base + LENGTH);
+  w.op(WasmOp.call, markFunction);
+  w.op(WasmOp.localGet, base + ADDRESS);
+  w.op(WasmOp.localGet, base + SOURCE);
+  w.op(WasmOp.localGet, base + LENGTH);
 }
 
 /**
@@ -227,19 +223,27 @@ function bulkPrologue(w: Writer, base: number, markFunction: number): void {
  */
 function markBody(): number[] {
   const [address, length, block, last] = [0, 1, 2, 3];
+  const O = WasmOp;
   const code = [
-    ...[0x20, length, 0x45, 0x04, 0x40, 0x0f, 0x0b], // if (length == 0) return
-    ...[0x20, address, 0x41, ...sleb(GUARD_END), 0x49, 0x04, 0x40, 0x00, 0x0b], // if (address < GUARD_END) trap
-    ...[0x20, address, 0x41, BLOCK_SHIFT, 0x76, 0x21, block], // block = address >> BLOCK_SHIFT
+    // if (length == 0) return
+    ...[O.localGet, length, O.i32Eqz, O.if, VOID_BLOCK, O.return, O.end],
+    // if (address < GUARD_END) trap
+    ...[O.localGet, address, O.i32Const, ...sleb(GUARD_END), O.i32LtU, O.if, VOID_BLOCK, O.unreachable, O.end],
+    // block = address >> BLOCK_SHIFT
+    ...[O.localGet, address, O.i32Const, BLOCK_SHIFT, O.i32ShrU, O.localSet, block],
     // last = (address + length - 1) >> BLOCK_SHIFT
-    ...[0x20, address, 0x20, length, 0x6a, 0x41, 0x01, 0x6b, 0x41, BLOCK_SHIFT, 0x76, 0x21, last],
+    ...[O.localGet, address, O.localGet, length, O.i32Add, O.i32Const, 1, O.i32Sub],
+    ...[O.i32Const, BLOCK_SHIFT, O.i32ShrU, O.localSet, last],
     // if (last < block || last - block > MASK) last = block + MASK
-    ...[0x20, last, 0x20, block, 0x49, 0x20, last, 0x20, block, 0x6b, 0x41, ...sleb(MASK), 0x4b, 0x72],
-    ...[0x04, 0x40, 0x20, block, 0x41, ...sleb(MASK), 0x6a, 0x21, last, 0x0b],
-    ...[0x03, 0x40], // loop
-    ...[0x20, block, 0x41, ...sleb(MASK), 0x71, 0x41, 0x01, 0x3a, 0x00, ...uleb(MAP_BASE)],
-    ...[0x20, block, 0x41, 0x01, 0x6a, 0x22, block, 0x20, last, 0x4d, 0x0d, 0x00], // br_if (++block <= last)
-    ...[0x0b, 0x0b],
+    ...[O.localGet, last, O.localGet, block, O.i32LtU],
+    ...[O.localGet, last, O.localGet, block, O.i32Sub, O.i32Const, ...sleb(MASK), O.i32GtU, O.i32Or],
+    ...[O.if, VOID_BLOCK, O.localGet, block, O.i32Const, ...sleb(MASK), O.i32Add, O.localSet, last, O.end],
+    // loop: map[block & MASK] = 1
+    ...[O.loop, VOID_BLOCK],
+    ...[O.localGet, block, O.i32Const, ...sleb(MASK), O.i32And, O.i32Const, 1, O.i32Store8, 0, ...uleb(MAP_BASE)],
+    // br_if (++block <= last)
+    ...[O.localGet, block, O.i32Const, 1, O.i32Add, O.localTee, block, O.localGet, last, O.i32LeU, O.brIf, 0],
+    ...[O.end, O.end],
   ];
   return [...vec([[2, I32]]), ...code];
 }
@@ -287,11 +291,11 @@ export function instrumentWrites(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   bodies.bytes(mark);
 
   const replaced = new Map<number, number[] | Uint8Array>([
-    [1, withItem(typeBody, [0x60, 2, I32, I32, 0])],
+    [1, withItem(typeBody, [FUNC_TYPE, 2, I32, I32, 0])],
     [3, withItem(functionBody, uleb(markType))],
     [10, bodies.result()],
   ]);
   // checkLayout found the export section (it holds __stack_pointer).
-  replaced.set(7, withItem(body(7) as Uint8Array, exportItem(MARK_EXPORT, 0x00, markFunction)));
+  replaced.set(7, withItem(body(7) as Uint8Array, exportItem(MARK_EXPORT, EXPORT_FUNC, markFunction)));
   return replaceSections(bytes, sections, replaced);
 }
