@@ -142,7 +142,7 @@ describe("docker CLI arguments", () => {
     [
       "a misspelt runtime option",
       { runTime: "runsc" },
-      /^the docker adapter has no option "runTime" \(it takes dockerPath, image, provenance, host, runtime, seccompProfile, limits\)$/,
+      /^the docker adapter has no option "runTime" \(it takes dockerPath, image, provenance, host, runtime, seccompProfile, limits, maxPoolSize\)$/,
     ],
     ["a misspelt seccomp option", { seccomp: "/etc/airlock/seccomp.json" }, /has no option "seccomp"/],
     [
@@ -151,6 +151,13 @@ describe("docker CLI arguments", () => {
       /^limits has no limit "memory" \(it takes pids, openFiles, cpus, memoryBytes, tmpfsBytes\)$/,
     ],
     ["limits that are a list", { limits: [] }, /limits must be an object/],
+    [
+      "no containers at all",
+      { maxPoolSize: 0 },
+      /^maxPoolSize must be an integer from 1 to 1024 \(containers at once\)$/,
+    ],
+    ["a fraction of a container", { maxPoolSize: 1.5 }, /^maxPoolSize must be an integer/],
+    ["a count given as text", { maxPoolSize: "2" }, /^maxPoolSize must be an integer/],
   ])("refuses %s", (_, extra, message) => {
     expect(() => checkDockerOptions({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(message);
     expect(() => checkDockerOptions({ ...options("/usr/bin/docker"), ...(extra as object) })).toThrow(
@@ -191,6 +198,38 @@ describe("digest checks (against a recording stand-in for the CLI)", () => {
 });
 
 describe("the adapter end to end (the stand-in serves the container entry)", () => {
+  // A program that computes for a while (a few hundred milliseconds), so that work arriving meanwhile finds it busy.
+  const COMPUTES = "async () => { let s = 0; for (let i = 0; i < 3e6; i++) s += i; return s; }";
+  const runs = (docker: ReturnType<typeof fakeDocker>) => docker.calls().filter((argv) => argv.includes("run")).length;
+
+  it.each([
+    [undefined, 2],
+    [1, 1],
+  ])(
+    "with maxPoolSize %s, a program arriving while another computes starts %i container(s) in all",
+    async (max, containers) => {
+      const docker = fakeDocker(goodImage);
+      const adapter = createDockerQuickJsSandboxAdapter(
+        options(docker.path, max === undefined ? {} : { maxPoolSize: max }),
+      );
+      // The first container is up before the long program starts.
+      expect(await adapter.execute(request("async () => 1"))).toMatchObject({ status: "succeeded" });
+      const computing = request(COMPUTES);
+      // Limits with room to spare on a loaded machine: the program must end as it should, only later.
+      const long = adapter.execute({
+        ...computing,
+        program: { ...computing.program, limits: { ...LIMITS, cpuMillis: 20_000, wallTimeMillis: 30_000 } },
+      });
+      await new Promise((resolve) => setTimeout(resolve, 60));
+      const short = await adapter.execute(request("async () => 2"));
+      expect(short).toMatchObject({ status: "succeeded" });
+      const ended = await long;
+      expect(ended, JSON.stringify(ended)).toMatchObject({ status: "succeeded" });
+      expect(runs(docker)).toBe(containers);
+      await adapter.close();
+    },
+  );
+
   it("runs programs, bridges tool calls, and stops the container on close", async () => {
     const docker = fakeDocker(goodImage);
     const adapter = createDockerQuickJsSandboxAdapter(options(docker.path, { runtime: "runsc" }));

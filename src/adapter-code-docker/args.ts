@@ -8,6 +8,7 @@
  * TypeError as Mayura's are.
  */
 
+import { MAX_ADAPTER_COUNT } from "../adapter-code-quickjs/pool-options.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 
 /** Label an image built for this adapter carries: the `sha256:` digest of the SPDX document of its root folder. */
@@ -49,10 +50,17 @@ export interface DockerSandboxOptions {
   /** Absolute path of a seccomp profile (JSON). Default: Docker's built-in profile; never `unconfined`. */
   seccompProfile?: string;
   limits?: DockerLimits;
+  /**
+   * Containers at once at most: one starts on first use, and another each time work arrives while every running one
+   * computes (a program waits behind no CPU-bound program), up to this; the extra ones stop once idle. From 1 to
+   * `MAX_ADAPTER_COUNT` (1024); default `PROTOCOL_MAX_CONNECTIONS` (4). Each takes up to `limits.memoryBytes` and `limits.cpus`.
+   */
+  maxPoolSize?: number;
 }
 
 export interface CheckedDockerOptions
-  extends Required<Omit<DockerSandboxOptions, "host" | "runtime" | "seccompProfile">> {
+  extends Required<Omit<DockerSandboxOptions, "host" | "runtime" | "seccompProfile" | "maxPoolSize">> {
+  maxPoolSize: number | undefined;
   host: string | undefined;
   runtime: "runsc" | "runc" | undefined;
   seccompProfile: string | undefined;
@@ -80,6 +88,7 @@ const DOCKER_OPTION_KEYS = optionKeys<DockerSandboxOptions>({
   runtime: true,
   seccompProfile: true,
   limits: true,
+  maxPoolSize: true,
 });
 const DOCKER_LIMIT_KEYS = optionKeys<DockerLimits>({
   pids: true,
@@ -121,6 +130,16 @@ export function checkDockerOptions(
   ) {
     throw new DockerConfigError("seccompProfile must be the absolute path of a JSON profile");
   }
+  const { maxPoolSize } = options;
+  if (
+    maxPoolSize !== undefined &&
+    (typeof maxPoolSize !== "number" ||
+      !Number.isSafeInteger(maxPoolSize) ||
+      maxPoolSize < 1 ||
+      maxPoolSize > MAX_ADAPTER_COUNT)
+  ) {
+    throw new DockerConfigError(`maxPoolSize must be an integer from 1 to ${MAX_ADAPTER_COUNT} (containers at once)`);
+  }
   const limits = { ...DEFAULT_DOCKER_LIMITS };
   if (options.limits !== undefined) {
     if (options.limits === null || typeof options.limits !== "object" || Array.isArray(options.limits)) {
@@ -139,7 +158,7 @@ export function checkDockerOptions(
       limits[key] = value;
     }
   }
-  return { dockerPath, image, provenance, host, runtime, seccompProfile, limits };
+  return { dockerPath, image, provenance, host, runtime, seccompProfile, limits, maxPoolSize };
 }
 
 /** Global CLI options (before the command). */

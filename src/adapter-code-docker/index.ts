@@ -171,6 +171,7 @@ function containerAdapter(checked: CheckedDockerOptions, admit: () => string | u
       id: DOCKER_ADAPTER_ID,
       version: DOCKER_ADAPTER_VERSION,
       qualification: "production",
+      maxPoolSize: checked.maxPoolSize,
       launch: async () => {
         const why = await check();
         if (why !== undefined) throw new Error(`the container cannot start: ${why}`);
