@@ -38,7 +38,7 @@ describe("IdMap", () => {
         expect(table.size).toBe(model.size);
       }
       expect([...table]).toEqual([...model].sort((a, b) => a[0] - b[0]));
-      expect([...table.keys()]).toEqual([...model.keys()].sort((a, b) => a - b));
+      expect([...table].map(([id]) => id)).toEqual([...model.keys()].sort((a, b) => a - b));
     }
   });
 
@@ -71,7 +71,7 @@ describe("IdMap", () => {
     expect(table.delete(2 ** 32)).toBe(true);
     expect(table.get(2 ** 32)).toBeUndefined();
     expect(table.get(2 ** 32 + 8)).toBe(2 ** 32 + 9);
-    expect([...table.keys()]).toEqual(ids.filter((id) => id !== 2 ** 32));
+    expect([...table].map(([id]) => id)).toEqual(ids.filter((id) => id !== 2 ** 32));
   });
 
   it("skips an entry deleted while iterating and does not visit one added meanwhile", () => {
@@ -84,9 +84,7 @@ describe("IdMap", () => {
       if (id === 3) table.set(9, "v9");
     }
     expect(seen).toEqual([1, 2, 3, 5]);
-    table.clear();
-    expect(table.size).toBe(0);
-    expect([...table.values()]).toEqual([]);
+    expect([...table.values()]).toEqual(["v1", "v2", "v3", "v5", "v9"]);
   });
 
   it("refuses an id that is not a non-negative safe integer", () => {

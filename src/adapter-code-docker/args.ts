@@ -8,7 +8,7 @@
  * TypeError as Mayura's are.
  */
 
-import { MAX_ADAPTER_COUNT } from "../adapter-code-quickjs/pool-options.ts";
+import { isAdapterCount, MAX_ADAPTER_COUNT } from "../adapter-code-quickjs/pool-options.ts";
 import { optionKeys, unknownOption } from "../options.ts";
 
 /** Label an image built for this adapter carries: the `sha256:` digest of the SPDX document of its root folder. */
@@ -53,7 +53,8 @@ export interface DockerSandboxOptions {
   /**
    * Containers at once at most: one starts on first use, and another each time work arrives while every running one
    * computes (a program waits behind no CPU-bound program), up to this; the extra ones stop once idle. From 1 to
-   * `MAX_ADAPTER_COUNT` (1024); default `PROTOCOL_MAX_CONNECTIONS` (4). Each takes up to `limits.memoryBytes` and `limits.cpus`.
+   * `MAX_ADAPTER_COUNT` (1024); default `PROTOCOL_MAX_CONNECTIONS` (4). Each takes up to `limits.memoryBytes` and
+   * `limits.cpus`.
    */
   maxPoolSize?: number;
 }
@@ -131,13 +132,7 @@ export function checkDockerOptions(
     throw new DockerConfigError("seccompProfile must be the absolute path of a JSON profile");
   }
   const { maxPoolSize } = options;
-  if (
-    maxPoolSize !== undefined &&
-    (typeof maxPoolSize !== "number" ||
-      !Number.isSafeInteger(maxPoolSize) ||
-      maxPoolSize < 1 ||
-      maxPoolSize > MAX_ADAPTER_COUNT)
-  ) {
+  if (maxPoolSize !== undefined && !isAdapterCount(maxPoolSize)) {
     throw new DockerConfigError(`maxPoolSize must be an integer from 1 to ${MAX_ADAPTER_COUNT} (containers at once)`);
   }
   const limits = { ...DEFAULT_DOCKER_LIMITS };

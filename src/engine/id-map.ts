@@ -93,17 +93,6 @@ export class IdMap<V> {
     return true;
   }
 
-  clear(): void {
-    this.bits = MIN_BITS;
-    this.ids = new Array<number>(1 << MIN_BITS).fill(EMPTY);
-    this.vals = new Array<V | undefined>(1 << MIN_BITS).fill(undefined);
-    this.count = 0;
-  }
-
-  *keys(): IterableIterator<number> {
-    for (const [id] of this) yield id;
-  }
-
   *values(): IterableIterator<V> {
     for (const [, value] of this) yield value;
   }

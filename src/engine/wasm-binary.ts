@@ -1,7 +1,7 @@
 /**
  * Reading and writing WebAssembly binaries, as much as the rewriters need (write-tracking.ts, catchable-oom.ts,
- * loop-ticks.ts, interrupt-poll.ts): sections, LEB128 numbers, value types, the opcodes they emit, a decoder that walks code one instruction at a time and notes what each
- * writes, and the editing of vector sections.
+ * loop-ticks.ts, interrupt-poll.ts): sections, LEB128 numbers, value types, the opcodes they emit, a decoder that
+ * walks code one instruction at a time and notes what each writes, and the editing of vector sections.
  */
 
 export const I32 = 0x7f;

@@ -83,6 +83,7 @@ const staged = new Map<string, string>();
 let stagingRoot: string | undefined;
 /** A staging directory is named for the process that made it: `airlock-files-<pid>-<random>`. */
 const STAGING_PREFIX = "airlock-files-";
+const STAGING_NAME = new RegExp(`^${STAGING_PREFIX}(\\d+)-\\w+$`);
 
 /**
  * Removes the staging directories of this user's processes that are gone: a process removes its own at exit, but one
@@ -98,7 +99,7 @@ export function removeStaleStaging(dir = tmpdir()): string[] {
     return removed;
   }
   for (const name of names) {
-    const pid = /^airlock-files-(\d+)-\w+$/.exec(name)?.[1];
+    const pid = STAGING_NAME.exec(name)?.[1];
     if (pid === undefined || Number(pid) === process.pid || processAlive(Number(pid))) continue;
     const path = join(dir, name);
     try {
