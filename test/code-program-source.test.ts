@@ -3,10 +3,11 @@
  * input and the tools: `defineCodeProgram` refuses anything else (a script body, a statement, a call, a value) with
  * INVALID_CONFIG when it is defined, instead of failing each run with TOOL_FAILED. Every shape it accepts runs.
  */
-import { type AirlockError, Budget, defineTool, invokeTool, z } from "airlock-codemode";
+import { Budget, defineTool, invokeTool, z } from "airlock-codemode";
 import { createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import { createCodeMode, defineCodeProgram, MAX_SOURCE_CHARS } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { refusalOf } from "./helpers/code-mode.ts";
 
 const double = defineTool({
   id: "math.double",
@@ -46,14 +47,7 @@ const define = (source: string) =>
   });
 
 /** The error `define(source)` throws, or undefined. */
-function refusal(source: string): AirlockError | undefined {
-  try {
-    define(source);
-    return undefined;
-  } catch (error) {
-    return error as AirlockError;
-  }
-}
+const refusal = (source: string) => refusalOf(() => define(source));
 
 const mode = createCodeMode({
   adapter: createQuickJsSandboxAdapter({ poolSize: 1 }),

@@ -51,6 +51,7 @@ const request = (source: string, input: unknown = {}) => ({
     digest: `sha256:${"c".repeat(64)}`,
     language: "javascript" as const,
     source,
+    javascript: source,
     approvedImports: [],
     limits: LIMITS,
   },

@@ -19,7 +19,7 @@ import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
 import { countOption, maxPoolSizeOption } from "./pool-options.ts";
 import type { ClosableSandboxAdapter } from "./protocol-adapter.ts";
-import { executeOnLauncher } from "./run.ts";
+import { executeOnLauncher, QUICKJS_LANGUAGES } from "./run.ts";
 
 export {
   PROTOCOL_BOOT_TIMEOUT_MS,
@@ -99,6 +99,7 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
       id: QUICKJS_ADAPTER_ID,
       version: QUICKJS_ADAPTER_VERSION,
       qualification: "production",
+      languages: QUICKJS_LANGUAGES,
       deterministic: true,
       snapshots: true,
       isAvailable: () => {

@@ -15,7 +15,7 @@ import { optionKeys, unknownOption } from "../options.ts";
 import { configError } from "../tools/errors.ts";
 import { countOption } from "./pool-options.ts";
 import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
-import { executeOnLauncher } from "./run.ts";
+import { executeOnLauncher, QUICKJS_LANGUAGES } from "./run.ts";
 
 /** An adapter that owns threads or connections: `close()` releases them (pending executions fail). */
 export type ClosableSandboxAdapter = SandboxAdapter & { close(): Promise<void> };
@@ -84,6 +84,7 @@ export function makeProtocolAdapter(
       id: options.id,
       version: options.version,
       qualification: options.qualification ?? "test",
+      languages: QUICKJS_LANGUAGES,
       deterministic: true,
       snapshots: true,
       isAvailable: () => (closed ? false : isAvailable()),

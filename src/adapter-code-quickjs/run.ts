@@ -1,6 +1,7 @@
 /**
  * Runs a program of the code-mode executor on any launcher of the sandbox core (worker pool, protocol). QuickJS runs
- * JavaScript only: a TypeScript program, or one with approved imports, is `unsupported_program` and never starts.
+ * JavaScript: a TypeScript program runs as `program.javascript`, its types erased when it was defined; a program with
+ * approved imports is `unsupported_program` and never starts.
  *
  * The program's source is wrapped so that, inside the VM:
  * - its return value is turned into JSON text: a value that is not JSON (a BigInt, a cycle, `undefined`, a function,
@@ -18,8 +19,12 @@
  */
 import type { SandboxDeterministicRun, SandboxExecuteRequest, SandboxResult } from "../code-mode/adapter.ts";
 import { MAX_PROGRAM_ERROR_MESSAGE_CHARS, MAX_PROGRAM_ERROR_NAME_CHARS } from "../code-mode/outcome.ts";
+import type { CodeLanguage } from "../code-mode/program.ts";
 import type { Launcher } from "../host/launcher.ts";
 import { runProgram } from "../host/program.ts";
+
+/** The languages `executeOnLauncher` runs: JavaScript, and TypeScript as its JavaScript with the types erased. */
+export const QUICKJS_LANGUAGES: readonly CodeLanguage[] = Object.freeze(["javascript", "typescript"]);
 
 /** The VM's own wall-clock deadline trails the executor's, which is the one that ends an execution. */
 export const VM_WALL_SLACK_MS = 1_000;
@@ -86,13 +91,20 @@ function replayable(run: SandboxDeterministicRun) {
 
 export async function executeOnLauncher(launcher: Launcher, request: SandboxExecuteRequest): Promise<SandboxResult> {
   const { program } = request;
-  // QuickJS runs JavaScript, and programs here import nothing.
-  if (program.language !== "javascript" || (program.approvedImports?.length ?? 0) > 0) {
+  // A request made without `javascript` (by hand, not by the executor) runs only if its source is JavaScript.
+  const javascript =
+    typeof program.javascript === "string"
+      ? program.javascript
+      : program.language === "javascript"
+        ? program.source
+        : undefined;
+  // Programs here import nothing.
+  if (javascript === undefined || (program.approvedImports?.length ?? 0) > 0) {
     return { status: "failed", reason: "unsupported_program" };
   }
   const { limits } = program;
   const result = await runProgram(launcher, {
-    source: wrapProgramSource(program.source, limits.maxOutputBytes),
+    source: wrapProgramSource(javascript, limits.maxOutputBytes),
     inputJson: request.inputJson,
     memoryLimitBytes: limits.memoryBytes,
     cpuLimitMs: limits.cpuMillis,

@@ -7,7 +7,7 @@ import { optionKeys, unknownOption } from "../options.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
 import { configError } from "../tools/errors.ts";
 import { checkId, checkName } from "../tools/validate.ts";
-import type { CodeLanguage, CodeProgramLimits } from "./program.ts";
+import { CODE_LANGUAGES, type CodeLanguage, type CodeProgramLimits } from "./program.ts";
 
 /**
  * `production`: the sandbox meets guarantees its author documented and tested; `createCodeMode` accepts it.
@@ -43,7 +43,13 @@ export interface SandboxProgram {
   readonly version: string;
   readonly digest: string;
   readonly language: CodeLanguage;
+  /** As written, in `language`. */
   readonly source: string;
+  /**
+   * The source as JavaScript: `source` itself, or a TypeScript program's source with its types erased in place
+   * (lines and columns kept). An adapter that declares `typescript` among its `languages` may run this.
+   */
+  readonly javascript: string;
   /** Bare package specifiers the program may import; a sandbox that cannot provide them answers `unsupported_program`. */
   readonly approvedImports: readonly string[];
   readonly limits: CodeProgramLimits;
@@ -145,6 +151,12 @@ export interface SandboxAdapterDefinition {
   /** Whether the sandbox can run programs now. An unavailable adapter fails the execution; nothing runs on the host. */
   isAvailable(): boolean | Promise<boolean>;
   execute(request: SandboxExecuteRequest): Promise<SandboxResult>;
+  /**
+   * The program languages the sandbox runs; default `["javascript"]`. A program in another language is
+   * UNSUPPORTED_PROFILE when it is executed and never reaches `execute`. A sandbox that runs JavaScript can declare
+   * `typescript` too and run `program.javascript`, whose types Airlock erased.
+   */
+  languages?: readonly CodeLanguage[];
   /** The adapter honours `request.deterministic` (needed for single-call approvals). Default false. */
   deterministic?: boolean;
   /**
@@ -159,6 +171,7 @@ export interface SandboxAdapter {
   readonly id: string;
   readonly version: string;
   readonly qualification: SandboxQualification;
+  readonly languages: readonly CodeLanguage[];
   readonly deterministic: boolean;
   readonly snapshots: boolean;
   isAvailable(): boolean | Promise<boolean>;
@@ -178,9 +191,12 @@ const ADAPTER_DEFINITION_KEYS = optionKeys<SandboxAdapterDefinition>({
   qualification: true,
   isAvailable: true,
   execute: true,
+  languages: true,
   deterministic: true,
   snapshots: true,
 });
+
+const JAVASCRIPT_ONLY: readonly CodeLanguage[] = Object.freeze(["javascript"]);
 
 const adapters = new WeakSet<object>();
 const availabilityChecks = new WeakMap<object, AvailabilityCheck>();
@@ -219,6 +235,7 @@ export function makeSandboxAdapter<X extends object>(
   }
   if (typeof isAvailable !== "function") throw configError("adapter isAvailable must be a function");
   if (typeof execute !== "function") throw configError("adapter execute must be a function");
+  const languages = checkLanguages(definition.languages);
   const deterministic = definition.deterministic ?? false;
   if (typeof deterministic !== "boolean") throw configError("adapter deterministic must be a boolean");
   const snapshots = definition.snapshots ?? false;
@@ -230,6 +247,7 @@ export function makeSandboxAdapter<X extends object>(
     id,
     version,
     qualification,
+    languages,
     deterministic,
     snapshots,
     isAvailable: () => isAvailable.call(definition),
@@ -238,4 +256,18 @@ export function makeSandboxAdapter<X extends object>(
   adapters.add(adapter);
   if (check !== undefined) availabilityChecks.set(adapter, check);
   return adapter;
+}
+
+function checkLanguages(value: unknown): readonly CodeLanguage[] {
+  if (value === undefined) return JAVASCRIPT_ONLY;
+  // Copied once, then checked: what is checked is what is kept.
+  const languages: unknown[] = Array.isArray(value) && value.length <= CODE_LANGUAGES.length ? [...value] : [];
+  if (
+    languages.length === 0 ||
+    new Set(languages).size !== languages.length ||
+    !languages.every((language) => CODE_LANGUAGES.includes(language as CodeLanguage))
+  ) {
+    throw configError("adapter languages must list 'javascript', 'typescript' or both, each once");
+  }
+  return Object.freeze(languages as CodeLanguage[]);
 }

@@ -177,6 +177,7 @@ export async function runAttempt(
       id: adapter.id,
       version: adapter.version,
       qualification: adapter.qualification,
+      languages: adapter.languages,
       deterministic: true,
       isAvailable: () => adapter.isAvailable(),
       execute: async (request: SandboxExecuteRequest): Promise<SandboxResult> => {

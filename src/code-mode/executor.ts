@@ -385,6 +385,12 @@ class Execution {
         `the sandbox adapter is not available${unavailable === "" ? "" : ` (${unavailable})`}; Airlock never runs a program outside its sandbox`,
       );
     }
+    if (!this.adapter.languages.includes(program.language)) {
+      return this.fail(
+        "UNSUPPORTED_PROFILE",
+        `the sandbox adapter does not run ${program.language} programs (its languages are ${this.adapter.languages.join(", ")}); Airlock never runs a program outside its sandbox`,
+      );
+    }
     if (signal.aborted) return this.fail("CANCELLED", "the caller cancelled the execution before it started");
 
     // ---- the run ----
@@ -403,6 +409,7 @@ class Execution {
       digest: program.digest,
       language: program.language,
       source: program.source,
+      javascript: program.javascript,
       approvedImports: program.approvedImports,
       limits: program.limits,
     });

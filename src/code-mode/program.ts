@@ -6,6 +6,8 @@
 import type { z } from "zod";
 import { jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
+import { CodemodeSourceError } from "../source/errors.ts";
+import { stripTypeScript } from "../source/typescript.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
 import { AirlockError, configError } from "../tools/errors.ts";
 import {
@@ -65,10 +67,12 @@ export const CODE_PROGRAM_LIMIT_RANGES: { readonly [K in keyof CodeProgramLimits
 const LIMIT_NAMES = Object.keys(CODE_PROGRAM_LIMIT_RANGES) as (keyof CodeProgramLimits)[];
 
 /**
- * The language the source is written in. Programs may be defined in TypeScript (their digest then says so), but
- * Airlock's QuickJS adapters run only JavaScript: they answer a TypeScript program with UNSUPPORTED_PROFILE.
+ * The language the source is written in. A TypeScript program's types are erased when it is defined (its digest is
+ * over the source as written); Airlock's adapters run it, and an adapter of your own only if it declares `languages`.
  */
 export type CodeLanguage = "javascript" | "typescript";
+/** Every `CodeLanguage`. */
+export const CODE_LANGUAGES: readonly CodeLanguage[] = Object.freeze(["javascript", "typescript"]);
 
 export interface CodeProgramDefinition<I extends z.ZodType, O extends z.ZodType> {
   id: string;
@@ -76,7 +80,7 @@ export interface CodeProgramDefinition<I extends z.ZodType, O extends z.ZodType>
   /** What the program is for, in words an approver reads. */
   intent: string;
   language: CodeLanguage;
-  /** A function expression: `async (input, tools) => output`. */
+  /** A function expression: `async (input, tools) => output`, with types when the language is TypeScript. */
   source: string;
   input: I;
   output: O;
@@ -100,6 +104,11 @@ export interface CodeProgram<I extends z.ZodType = z.ZodType, O extends z.ZodTyp
   readonly language: CodeLanguage;
   /** The source as digested: line endings normalised to `\n`. */
   readonly source: string;
+  /**
+   * The source as JavaScript: `source` itself, or for a TypeScript program `source` with its types erased in place
+   * (replaced by spaces, so that lines and columns stay where they were). Not digested: it follows from `source`.
+   */
+  readonly javascript: string;
   readonly input: I;
   readonly output: O;
   readonly inputSchemaId: string;
@@ -131,6 +140,7 @@ const PROGRAM_DEFINITION_KEYS = [
   }),
   ...optionKeys<Omit<CodeProgram, keyof CodeProgramDefinition<z.ZodType, z.ZodType>>>({
     kind: true,
+    javascript: true,
     maximumCostMicros: true,
     digest: true,
   }),
@@ -158,7 +168,7 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
   const version = checkName(definition.version, "program version");
   const intent = checkText(definition.intent, "program intent");
   const language = definition.language;
-  if (language !== "javascript" && language !== "typescript") {
+  if (!CODE_LANGUAGES.includes(language)) {
     throw configError("program language must be 'javascript' or 'typescript'");
   }
   if (typeof definition.source !== "string" || definition.source.trim() === "") {
@@ -168,8 +178,9 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
     throw configError(`program source may have at most ${MAX_SOURCE_CHARS} characters`);
   }
   const source = definition.source.replace(/\r\n?/g, "\n");
+  const javascript = language === "typescript" ? eraseTypes(source) : source;
   // The VM calls the source with (input, tools): a script body or a statement would fail only when run.
-  const notFunction = functionSourceProblem(source);
+  const notFunction = functionSourceProblem(javascript);
   if (notFunction !== undefined) {
     throw configError(
       `program source must be a function expression like async (input, tools) => { ... }: ${notFunction}`,
@@ -224,6 +235,7 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
     intent,
     language,
     source,
+    javascript,
     input,
     output,
     inputSchemaId,
@@ -236,6 +248,47 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
   });
   programs.add(program);
   return program;
+}
+
+/**
+ * Around the source while its types are erased: the type stripper parses a function body, in which a function
+ * expression (`async function (input) {}`) is a statement only in parentheses. The opening shares the first line,
+ * so only first-line columns shift, by one.
+ */
+const ERASE_OPEN = "(";
+const ERASE_CLOSE = "\n)";
+
+/**
+ * A TypeScript source as JavaScript, its types replaced by spaces (`stripTypeScript`). A source that cannot be
+ * stripped is INVALID_CONFIG, with where it failed but no text of the source in the message.
+ */
+function eraseTypes(source: string): string {
+  let stripped: string;
+  try {
+    stripped = stripTypeScript(ERASE_OPEN + source + ERASE_CLOSE);
+  } catch (error) {
+    throw configError(
+      `program source is TypeScript that Airlock cannot strip of its types: ${stripProblem(source, error)}`,
+    );
+  }
+  if (!stripped.startsWith(ERASE_OPEN) || !stripped.endsWith(ERASE_CLOSE)) {
+    throw configError("program source is TypeScript that Airlock cannot strip of its types in place");
+  }
+  return stripped.slice(ERASE_OPEN.length, stripped.length - ERASE_CLOSE.length);
+}
+
+/** Why the type stripper refused `source`, in Airlock's words: the rule broken and where, in the source as written. */
+function stripProblem(source: string, error: unknown): string {
+  const known =
+    error instanceof CodemodeSourceError && (error.rule === "typescript" || error.rule === "typescript-unsupported");
+  if (!known || error.line === undefined) return "the type stripper could not read it (it may be nested too deeply)";
+  const lines = source.split("\n").length;
+  const column =
+    error.column === undefined ? 1 : Math.max(1, error.column - (error.line === 1 ? ERASE_OPEN.length : 0));
+  const where = error.line > lines ? "at the end of the source" : `at line ${error.line}, column ${column}`;
+  return error.rule === "typescript-unsupported"
+    ? `it uses TypeScript that needs code generation, not erasure (an enum, a namespace, a parameter property or a \`<T>value\` assertion), ${where}`
+    : `a syntax error ${where}`;
 }
 
 function checkImports(value: unknown): readonly string[] {

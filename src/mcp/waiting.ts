@@ -176,6 +176,7 @@ export class WaitingRuns {
           digest: program.digest,
           language: "javascript",
           source: input.script,
+          javascript: input.script,
           approvedImports: Object.freeze([]),
           limits: scriptLimits(input.timeoutMs),
         }),

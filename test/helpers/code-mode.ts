@@ -1,4 +1,4 @@
-import { defineTool, z } from "airlock-codemode";
+import { type AirlockError, defineTool, z } from "airlock-codemode";
 import type { CodeProgramLimits } from "airlock-codemode/code-mode";
 
 /**
@@ -38,4 +38,14 @@ export function testLimits(overrides: Partial<CodeProgramLimits> = {}): CodeProg
     maxToolConcurrency: 1,
     ...overrides,
   };
+}
+
+/** The error `define()` throws (a refused definition), or undefined when it defines. */
+export function refusalOf(define: () => unknown): AirlockError | undefined {
+  try {
+    define();
+    return undefined;
+  } catch (error) {
+    return error as AirlockError;
+  }
 }
