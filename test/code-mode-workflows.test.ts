@@ -437,24 +437,30 @@ describe.each(backings)("$name: a phase is charged what its program's calls cost
     };
   }
 
-  it.skipIf(skip)("spends 3 of the 6 a phase reserved when its one write cost 3", async () => {
+  /** Runs `phases` chained phases of one write each on a fresh backing under `maxCostMicros`, approving each. */
+  async function runChain(phases: number, maxCostMicros: number) {
     const { store, finish } = await opened();
     try {
       const { counts, tool } = counter();
-      const { definition, runtime } = chain(store, tool, WRITE_ONCE);
-      const worker = runtime(store, "one", 6);
-      const run = await worker.submit(definition, { input: { value: 1 }, idempotencyKey: "success" });
-      const done = await approveThrough(worker, definition, run.id, 1);
-      expect(done).toMatchObject({
-        status: "succeeded",
-        output: { value: 2 },
-        budget: { spentMicros: 3, reservedMicros: 0 },
-      });
-      expect(counts.writes).toBe(1);
+      const { definition, runtime } = chain(store, tool, WRITE_ONCE, phases);
+      const worker = runtime(store, "chain", maxCostMicros);
+      const run = await worker.submit(definition, { input: { value: 1 }, idempotencyKey: `chain-${phases}` });
+      const done = await approveThrough(worker, definition, run.id, phases);
       await worker.close();
+      return { done, writes: counts.writes };
     } finally {
       await finish();
     }
+  }
+
+  it.skipIf(skip)("spends 3 of the 6 a phase reserved when its one write cost 3", async () => {
+    const { done, writes } = await runChain(1, 6);
+    expect(done).toMatchObject({
+      status: "succeeded",
+      output: { value: 2 },
+      budget: { spentMicros: 3, reservedMicros: 0 },
+    });
+    expect(writes).toBe(1);
   });
 
   it.skipIf(skip)("spends 3 when another worker on a reopened store approves and runs the phase", async () => {
@@ -551,23 +557,13 @@ describe.each(backings)("$name: a phase is charged what its program's calls cost
   it.skipIf(skip)(
     "runs two chained phases on a budget of 9, which their reservations alone (12) would pass",
     async () => {
-      const { store, finish } = await opened();
-      try {
-        const { counts, tool } = counter();
-        const { definition, runtime } = chain(store, tool, WRITE_ONCE, 2);
-        const worker = runtime(store, "chain", 9);
-        const run = await worker.submit(definition, { input: { value: 1 }, idempotencyKey: "chain" });
-        const done = await approveThrough(worker, definition, run.id, 2);
-        expect(done).toMatchObject({
-          status: "succeeded",
-          output: { value: 3 },
-          budget: { spentMicros: 6, reservedMicros: 0 },
-        });
-        expect(counts.writes).toBe(2);
-        await worker.close();
-      } finally {
-        await finish();
-      }
+      const { done, writes } = await runChain(2, 9);
+      expect(done).toMatchObject({
+        status: "succeeded",
+        output: { value: 3 },
+        budget: { spentMicros: 6, reservedMicros: 0 },
+      });
+      expect(writes).toBe(2);
     },
   );
 });

@@ -24,7 +24,8 @@ export interface BudgetReservation {
   settle(spentMicros: number, unknownMicros: number): void;
 }
 
-const isCount = (value: unknown): value is number =>
+/** A non-negative safe integer: an amount of micros or calls. */
+export const isCount = (value: unknown): value is number =>
   typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
 
 export class Budget {

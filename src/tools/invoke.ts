@@ -16,7 +16,7 @@
 import type { z } from "zod";
 import { type JsonValue, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
-import { Budget } from "./budget.ts";
+import { Budget, isCount } from "./budget.ts";
 import {
   type AnyTool,
   changesNothing,
@@ -113,8 +113,14 @@ export interface CallCost {
 }
 const costs = new WeakMap<object, CallCost>();
 
-/** The cost a running call's tool reported (`reportCallCost`), by the context the call's tool was given. */
-const reports = new WeakMap<ToolContext, { readonly maxMicros: number; open: boolean; cost?: CallCost }>();
+/** A call's cost as its tool reported it: open while the tool runs, at most `maxMicros` (its tool's cost). */
+interface CostReport {
+  readonly maxMicros: number;
+  open: boolean;
+  cost?: CallCost;
+}
+/** The reports of running calls, by the context each call's tool was given. */
+const reports = new WeakMap<ToolContext, CostReport>();
 
 /**
  * For Airlock's own tools whose cost is known only once they ran (a durable code phase reserves its program's most and
@@ -138,9 +144,6 @@ export function reportCallCost(context: ToolContext, cost: CallCost): void {
   }
   report.cost = Object.freeze({ spentMicros, unknownMicros });
 }
-
-const isCount = (value: unknown): value is number =>
-  typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
 
 /** The cost recorded for an outcome that `invokeTool` returned, if it did. */
 export function costOfOutcome(outcome: unknown): CallCost | undefined {
@@ -375,10 +378,7 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
     controller.abort(new Error("the tool timed out"));
   }, tool.timeoutMillis);
   const toolContext: ToolContext = Object.freeze({ runId, callId, scope, signal: controller.signal });
-  const report: { readonly maxMicros: number; open: boolean; cost?: CallCost } = {
-    maxMicros: tool.costMicros,
-    open: true,
-  };
+  const report: CostReport = { maxMicros: tool.costMicros, open: true };
   reports.set(toolContext, report);
   let running: Promise<unknown>;
   try {

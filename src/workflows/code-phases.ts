@@ -6,9 +6,9 @@
  *
  * A phase is a tool: id `code.<first 32 hex of the program digest>`, version the digest, the strongest effect of the
  * program's tools (none < read < write < host; a program without tools has none), a cost of its dearest tool times
- * `maxToolCalls` (reserved up front; the run is charged what the program's calls cost), and the capabilities `code:execute`, `code:audit:v2`,
- * `code:audit-scope:<scope hash>` and `code:program:<digest>`, which the runtime must be granted with
- * `tool:<phase tool id>`.
+ * `maxToolCalls` (reserved up front; the run is charged what the program's calls cost), and the capabilities
+ * `code:execute`, `code:audit:v2`, `code:audit-scope:<scope hash>` and `code:program:<digest>`, which the runtime must
+ * be granted with `tool:<phase tool id>`.
  */
 import type { z } from "zod";
 import { CALL_SETTLE_GRACE_MS } from "../code-mode/calls.ts";
