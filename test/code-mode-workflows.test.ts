@@ -1,6 +1,7 @@
 /**
- * Durable code phases (issue 18): the template flow end to end on the real QuickJS adapter and a SQLite file, the
- * phase tool's shape, the audit record and its checks, forged definitions, and phases that must not run or replay.
+ * Durable code phases: the template flow end to end on the real QuickJS adapter and a SQLite file, the phase tool's
+ * shape, the audit record and its checks, forged definitions, phases that must not run or replay, and what a phase is
+ * charged (what its program's calls cost, of the most it reserved) on SQLite and PostgreSQL.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -9,9 +10,18 @@ import { Budget, defineTool, invokeTool, type Tool, z } from "airlock-codemode";
 import { type ClosableSandboxAdapter, createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import { type CodeProgramLimits, createCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
 import { createDurableCodeAudit, defineDurableCodeWorkflow } from "airlock-codemode/code-mode-workflows";
-import { createScheduledWorkflowRuntime } from "airlock-codemode/workflows";
+import {
+  type AnyWorkflow,
+  createScheduledWorkflowRuntime,
+  type ScheduledWorkflowRuntime,
+  type WorkflowSnapshot,
+  type WorkflowStore,
+} from "airlock-codemode/workflows";
+import { createPostgresStore } from "airlock-codemode/workflows/postgres";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { afterAll, describe, expect, it } from "vitest";
+import { dropSchema, freshSchema } from "./helpers/postgres.ts";
+import { requirePostgres } from "./helpers/system-tools.ts";
 
 const value = z.object({ value: z.number() });
 const limits: CodeProgramLimits = {
@@ -26,6 +36,7 @@ const limits: CodeProgramLimits = {
   maxToolConcurrency: 1,
 };
 const scope = { principalId: "alice", projectId: "project" };
+const url = await requirePostgres();
 const adapter: ClosableSandboxAdapter = createQuickJsSandboxAdapter({ poolSize: 1 });
 afterAll(() => adapter.close());
 
@@ -158,10 +169,11 @@ describe("durable code workflows", () => {
         credential: "approved",
       });
       const done = await two.runUntilSettled(reopened, submitted.id);
+      // One write of 3 of the 6 reserved: the phase is charged what its program's calls cost.
       expect(done).toMatchObject({
         status: "succeeded",
         output: { value: 3 },
-        budget: { spentMicros: 6, reservedMicros: 0 },
+        budget: { spentMicros: 3, reservedMicros: 0 },
       });
       expect(done.steps.total?.approval?.humanId).toBe("reviewer");
       expect(counts.writes).toBe(1);
@@ -305,7 +317,12 @@ describe("durable code workflows", () => {
       source: `async (input, tools) => { await tools.call("external.write", input); throw new Error("SECRET private crash"); }`,
     });
     const { result } = phase;
-    expect(result).toMatchObject({ status: "outcome_unknown", output: null });
+    // What ran (the write, 3) is charged; the rest of the 6 reserved is given back.
+    expect(result).toMatchObject({
+      status: "outcome_unknown",
+      output: null,
+      budget: { spentMicros: 3, reservedMicros: 0 },
+    });
     expect(result.steps.execute?.receipt).toMatchObject({ execution: "unknown", disclosure: "withheld" });
     const record = await phase.audit.inspect(result.id, "execute");
     expect(record).toMatchObject({
@@ -319,6 +336,236 @@ describe("durable code workflows", () => {
     await phase.runtime.close();
     await store.close();
   });
+});
+
+const backings = [
+  {
+    name: "SQLite",
+    skip: false,
+    async make() {
+      const { filename, cleanup } = await tempFile();
+      return { open: (): WorkflowStore => createSqliteStore({ filename }), cleanup };
+    },
+  },
+  {
+    name: "PostgreSQL",
+    skip: url === undefined,
+    async make() {
+      const schema = freshSchema("airlock_phase_cost");
+      return {
+        open: (): WorkflowStore => createPostgresStore({ connectionString: url as string, schema }),
+        cleanup: () => dropSchema(url as string, schema),
+      };
+    },
+  },
+];
+
+/** Drives a run until it settles, approving each phase that waits for a person (at most `phases` of them). */
+async function approveThrough(runtime: ScheduledWorkflowRuntime, definition: AnyWorkflow, id: string, phases: number) {
+  let snapshot: WorkflowSnapshot = await runtime.runUntilSettled(definition, id);
+  for (let approved = 0; snapshot.status === "waiting" && approved < phases; approved++) {
+    const [nodeId, step] = Object.entries(snapshot.steps).find(([, item]) => item.status === "waiting") ?? [];
+    expect(snapshot.budget.reservedMicros).toBe(0);
+    await runtime.approve({
+      id,
+      nodeId: nodeId as string,
+      digest: step?.approval?.digest as string,
+      credential: "approved",
+    });
+    snapshot = await runtime.runUntilSettled(definition, id);
+  }
+  return snapshot;
+}
+
+describe.each(backings)("$name: a phase is charged what its program's calls cost", ({ skip, make }) => {
+  /** A workflow of `phases` chained phases, each running `source` with `tool` (6 reserved: 2 calls of at most 3). */
+  function chain(store: WorkflowStore, tool: Tool, source: string, phases = 1) {
+    const program = programOf(tool, source);
+    const ids = Array.from({ length: phases }, (_, i) => `phase${i + 1}`);
+    const definition = defineDurableCodeWorkflow({
+      id: "charged.code",
+      version: "1",
+      input: value,
+      output: value,
+      codeMode: modeFor(tool),
+      audit: createDurableCodeAudit({ store, scope }),
+      phases: ids.map((id, i) => ({
+        id,
+        program,
+        input:
+          i === 0
+            ? { kind: "input" as const, path: [] }
+            : { kind: "step" as const, stepId: ids[i - 1] as string, path: [] },
+        ...(i === 0 ? {} : { dependsOn: [ids[i - 1] as string] }),
+      })),
+      result: { kind: "step", stepId: ids[phases - 1] as string, path: [] },
+    });
+    const phase = definition.nodes[0];
+    if (phase?.kind !== "tool") throw new Error("a phase is a tool node");
+    expect(phase.tool.costMicros).toBe(6);
+    const runtime = (workerStore: WorkflowStore, workerId: string, maxCostMicros: number, extra = {}) =>
+      createScheduledWorkflowRuntime({
+        store: workerStore,
+        workerId,
+        scope,
+        permissions: { allow: [`tool:${phase.tool.id}`, "effect:write", ...phase.tool.capabilities] },
+        policyVersion: "1",
+        maxCostMicros,
+        verifyHuman,
+        ...extra,
+      });
+    return { definition, runtime };
+  }
+
+  /** A backing with a store opened on it; `finish` closes what was opened and drops the backing. */
+  async function opened() {
+    const backing = await make();
+    const stores: WorkflowStore[] = [];
+    const open = async () => {
+      const store = backing.open();
+      stores.push(store);
+      await store.initialize();
+      return store;
+    };
+    return {
+      open,
+      store: await open(),
+      finish: async () => {
+        for (const store of stores) await store.close();
+        await backing.cleanup();
+      },
+    };
+  }
+
+  /** Runs `phases` chained phases of one write each on a fresh backing under `maxCostMicros`, approving each. */
+  async function runChain(phases: number, maxCostMicros: number) {
+    const { store, finish } = await opened();
+    try {
+      const { counts, tool } = counter();
+      const { definition, runtime } = chain(store, tool, WRITE_ONCE, phases);
+      const worker = runtime(store, "chain", maxCostMicros);
+      const run = await worker.submit(definition, { input: { value: 1 }, idempotencyKey: `chain-${phases}` });
+      const done = await approveThrough(worker, definition, run.id, phases);
+      await worker.close();
+      return { done, writes: counts.writes };
+    } finally {
+      await finish();
+    }
+  }
+
+  it.skipIf(skip)("spends 3 of the 6 a phase reserved when its one write cost 3", async () => {
+    const { done, writes } = await runChain(1, 6);
+    expect(done).toMatchObject({
+      status: "succeeded",
+      output: { value: 2 },
+      budget: { spentMicros: 3, reservedMicros: 0 },
+    });
+    expect(writes).toBe(1);
+  });
+
+  it.skipIf(skip)("spends 3 when another worker on a reopened store approves and runs the phase", async () => {
+    const { store, open, finish } = await opened();
+    try {
+      const { counts, tool } = counter();
+      const first = chain(store, tool, WRITE_ONCE);
+      const before = first.runtime(store, "before-restart", 6);
+      const run = await before.submit(first.definition, { input: { value: 1 }, idempotencyKey: "restart" });
+      expect(await before.runUntilSettled(first.definition, run.id)).toMatchObject({ status: "waiting" });
+      await before.close();
+      await store.close();
+      const reopened = await open();
+      const second = chain(reopened, tool, WRITE_ONCE);
+      const after = second.runtime(reopened, "after-restart", 6);
+      const done = await approveThrough(after, second.definition, run.id, 1);
+      expect(done).toMatchObject({ status: "succeeded", budget: { spentMicros: 3, reservedMicros: 0 } });
+      expect(counts.writes).toBe(1);
+      await after.close();
+    } finally {
+      await finish();
+    }
+  });
+
+  it.skipIf(skip)(
+    "charges what ran of a phase that failed after its write, holds only an unknown call's cost, and a verifier's figure counts what was charged",
+    async () => {
+      const { store, finish } = await opened();
+      try {
+        const { counts, tool } = counter();
+        const failing = chain(
+          store,
+          tool,
+          `async (input, tools) => { await tools.call("external.write", input); throw new Error("after the write"); }`,
+        );
+        const verdicts: number[] = [];
+        const worker = failing.runtime(store, "unknown", 6, {
+          verifyExecution: async () => ({
+            authorityId: "ledger",
+            attestationId: `a${verdicts.length}`,
+            execution: "succeeded" as const,
+            knownCostMicros: verdicts.shift() as number,
+          }),
+        });
+        const run = await worker.submit(failing.definition, { input: { value: 1 }, idempotencyKey: "after-write" });
+        const unknown = await approveThrough(worker, failing.definition, run.id, 1);
+        expect(unknown).toMatchObject({ status: "outcome_unknown", budget: { spentMicros: 3, reservedMicros: 0 } });
+        expect(unknown.steps.phase1?.receipt).toMatchObject({ execution: "unknown" });
+        expect(counts.writes).toBe(1);
+        // An attested cost below what ran gives nothing back; above it, the difference is charged, once.
+        verdicts.push(1);
+        const low = await worker.reconcile(failing.definition, { id: run.id, nodeId: "phase1", credential: "ledger" });
+        expect(low).toMatchObject({ status: "outcome_unknown", budget: { spentMicros: 3, reservedMicros: 0 } });
+
+        const second = await worker.submit(failing.definition, {
+          input: { value: 2 },
+          idempotencyKey: "after-write-2",
+        });
+        await approveThrough(worker, failing.definition, second.id, 1);
+        verdicts.push(5);
+        const high = await worker.reconcile(failing.definition, {
+          id: second.id,
+          nodeId: "phase1",
+          credential: "ledger",
+        });
+        expect(high).toMatchObject({ budget: { spentMicros: 5, reservedMicros: 0 } });
+        expect(high.steps.phase1?.receipt).toMatchObject({ execution: "succeeded" });
+        await worker.close();
+
+        // A write whose own outcome is unknown keeps its 3 held; the 3 the program never used are given back.
+        const lost = defineTool({
+          ...tool,
+          execute: () => {
+            throw new Error("the line dropped");
+          },
+        }) as Tool;
+        const uncertain = chain(store, lost, WRITE_ONCE);
+        const other = uncertain.runtime(store, "uncertain", 6);
+        const third = await other.submit(uncertain.definition, {
+          input: { value: 3 },
+          idempotencyKey: "unknown-write",
+        });
+        expect(await approveThrough(other, uncertain.definition, third.id, 1)).toMatchObject({
+          status: "outcome_unknown",
+          budget: { spentMicros: 0, reservedMicros: 3 },
+        });
+        await other.close();
+      } finally {
+        await finish();
+      }
+    },
+  );
+
+  it.skipIf(skip)(
+    "runs two chained phases on a budget of 9, which their reservations alone (12) would pass",
+    async () => {
+      const { done, writes } = await runChain(2, 9);
+      expect(done).toMatchObject({
+        status: "succeeded",
+        output: { value: 3 },
+        budget: { spentMicros: 6, reservedMicros: 0 },
+      });
+      expect(writes).toBe(2);
+    },
+  );
 });
 
 /**

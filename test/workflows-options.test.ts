@@ -1,7 +1,8 @@
 /**
- * The options of the durable runtime and its stores: what each refuses (INVALID_CONFIG, naming the option), what each
- * defaults to, as the README documents it, and the store-call bounds (`storageTimeoutMs`,
- * `maxPendingStorageOperations`) against a store that does not answer.
+ * The options of the durable runtime and its stores: what each refuses (the runtime's INVALID_CONFIG and the stores'
+ * INVALID_INPUT, as Mayura's, naming the option), what each defaults to, as the README documents it, the connection
+ * strings the PostgreSQL store takes (every form pg reads, tried against a server), and the store-call bounds
+ * (`storageTimeoutMs`, `maxPendingStorageOperations`) against a store that does not answer.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -21,15 +22,41 @@ import {
   type WorkflowCommands,
   type WorkflowStore,
 } from "airlock-codemode/workflows";
-import { createPostgresStore, DEFAULT_POSTGRES_SCHEMA } from "airlock-codemode/workflows/postgres";
+import {
+  createPostgresStore,
+  DEFAULT_POSTGRES_SCHEMA,
+  MAX_CONNECTION_STRING_CHARS,
+} from "airlock-codemode/workflows/postgres";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { query } from "./helpers/postgres.ts";
+import { dropSchema, freshSchema, query } from "./helpers/postgres.ts";
 import { requirePostgres } from "./helpers/system-tools.ts";
 
 const url = await requirePostgres();
 const scope = { principalId: "dev", projectId: "project" };
+
+/** Where the test server listens on a Unix socket, and the test URL's user and database; undefined when it does not. */
+async function socketOf(server: string) {
+  const rows = await query(
+    server,
+    "SELECT current_setting('unix_socket_directories') AS dirs, current_setting('port') AS port",
+  );
+  const directory = String(rows[0]?.dirs ?? "")
+    .split(",")
+    .map((item) => item.trim())
+    .find((item) => item.startsWith("/"));
+  if (directory === undefined) return undefined;
+  const parsed = new URL(server);
+  return {
+    directory,
+    port: String(rows[0]?.port),
+    user: decodeURIComponent(parsed.username),
+    password: decodeURIComponent(parsed.password),
+    database: decodeURIComponent(parsed.pathname.slice(1)) || "postgres",
+  };
+}
+const socket = url === undefined ? undefined : await socketOf(url);
 const value = z.object({ value: z.number() });
 
 function deferred<T = void>() {
@@ -431,7 +458,7 @@ describe("store calls that do not answer", () => {
 });
 
 describe("createSqliteStore options", () => {
-  it("refuses bad or unknown options with INVALID_CONFIG", () => {
+  it("refuses bad or unknown options with INVALID_INPUT", () => {
     for (const [options, name] of [
       [{ filename: "" }, "filename"],
       [{ filename: 7 }, "filename"],
@@ -440,11 +467,11 @@ describe("createSqliteStore options", () => {
       [{ filename: "x.sqlite", schema: "airlock" }, "schema"],
     ] as const) {
       expect(() => createSqliteStore(options as never)).toThrowError(
-        expect.objectContaining({ code: "INVALID_CONFIG", message: expect.stringContaining(name) }),
+        expect.objectContaining({ code: "INVALID_INPUT", message: expect.stringContaining(name) }),
       );
     }
     expect(() => createSqliteStore(undefined as never)).toThrowError(
-      expect.objectContaining({ code: "INVALID_CONFIG" }),
+      expect.objectContaining({ code: "INVALID_INPUT" }),
     );
   });
 
@@ -471,11 +498,26 @@ describe("createSqliteStore options", () => {
 });
 
 describe("createPostgresStore options", () => {
-  it("refuses bad or unknown options with INVALID_CONFIG, without echoing the URL", () => {
+  it("refuses bad or unknown options with INVALID_INPUT, and connection strings pg would misread, without echoing them", () => {
     const secret = "postgres://user:SECRET@127.0.0.1:1/db";
     for (const [options, name] of [
-      [{ connectionString: "mysql://127.0.0.1/db" }, "connectionString"],
+      [{ connectionString: "mysql://user:SECRET@127.0.0.1/db" }, "connectionString"],
       [{ connectionString: 5 }, "connectionString"],
+      [{ connectionString: "" }, "connectionString"],
+      // pg would take each of these for a database name on a host named "base".
+      [{ connectionString: "host=127.0.0.1 user=user password=SECRET dbname=db" }, "connectionString"],
+      [{ connectionString: "SECRETdb" }, "connectionString"],
+      [{ connectionString: "postgres:SECRET@db" }, "connectionString"],
+      // pg drops what follows the database of a socket directory.
+      [{ connectionString: "/var/run/postgresql db SECRET" }, "connectionString"],
+      // pg cannot read these at all: a port past 65535, a broken % escape.
+      [{ connectionString: "postgres://user:SECRET@127.0.0.1:99999/db" }, "connectionString"],
+      [{ connectionString: "postgres://user:SECRET%FF@127.0.0.1/db" }, "connectionString"],
+      [{ connectionString: "postgres://user:SECRET@127.0.0.1/db\n" }, "connectionString"],
+      [
+        { connectionString: `postgres://user:SECRET@127.0.0.1/${"d".repeat(MAX_CONNECTION_STRING_CHARS)}` },
+        "connectionString",
+      ],
       [{ connectionString: secret, schema: "Airlock" }, "schema"],
       [{ connectionString: secret, schema: "1st" }, "schema"],
       [{ connectionString: secret, schema: 'a"; DROP SCHEMA x; --' }, "schema"],
@@ -489,11 +531,58 @@ describe("createPostgresStore options", () => {
       } catch (error) {
         thrown = error;
       }
-      expect(thrown).toMatchObject({ code: "INVALID_CONFIG", message: expect.stringContaining(name) });
+      expect(thrown).toMatchObject({ code: "INVALID_INPUT", message: expect.stringContaining(name) });
       expect(String((thrown as Error).message)).not.toContain("SECRET");
     }
+    expect(() => createPostgresStore(null as never)).toThrowError(expect.objectContaining({ code: "INVALID_INPUT" }));
     expect(() => createPostgresStore({ connectionString: secret, schema: "a".repeat(63) })).not.toThrow();
+    for (const connectionString of [
+      "postgresql://user:SECRET@[::1]:5432/db?sslmode=disable&application_name=airlock",
+      "postgres://user:pass word@host/db",
+      "postgres://user:SECRET@/db",
+      "POSTGRES://host/db",
+      "socket://user:SECRET@/var/run/postgresql?db=db",
+      "/var/run/postgresql",
+      `postgres://h/${"d".repeat(MAX_CONNECTION_STRING_CHARS - 13)}`,
+    ]) {
+      expect(() => createPostgresStore({ connectionString })).not.toThrow();
+    }
   });
+
+  it.skipIf(socket === undefined)(
+    "connects through every form pg reads: a URL with the socket directory as host or ?host=, socket://, and '<directory> <database>'",
+    async () => {
+      const { directory, port, user, password, database } = socket as NonNullable<typeof socket>;
+      const credentials = `${encodeURIComponent(user)}${password === "" ? "" : `:${encodeURIComponent(password)}`}`;
+      const forms = [
+        `postgres://${credentials}@${encodeURIComponent(directory)}:${port}/${database}`,
+        `postgresql:///${database}?host=${directory}&port=${port}&user=${user}${password === "" ? "" : `&password=${password}`}`,
+        `socket://${credentials}@${directory}?db=${database}&port=${port}`,
+        `${directory} ${database}`,
+      ];
+      // The last form takes its port, user and password from pg's environment variables, as pg documents.
+      const saved = { PGPORT: process.env.PGPORT, PGUSER: process.env.PGUSER, PGPASSWORD: process.env.PGPASSWORD };
+      Object.assign(process.env, { PGPORT: port, PGUSER: user, PGPASSWORD: password });
+      try {
+        for (const connectionString of forms) {
+          const schema = freshSchema("airlock_forms");
+          const pgStore = createPostgresStore({ connectionString, schema });
+          try {
+            await pgStore.initialize();
+            expect(await pgStore.read("scope", "none")).toBeUndefined();
+          } finally {
+            await pgStore.close();
+            await dropSchema(url as string, schema);
+          }
+        }
+      } finally {
+        for (const [key, value] of Object.entries(saved)) {
+          if (value === undefined) delete process.env[key];
+          else process.env[key] = value;
+        }
+      }
+    },
+  );
 
   it("fails to initialize against no server with STORAGE_UNAVAILABLE, without echoing the URL", async () => {
     const unreachable = createPostgresStore({ connectionString: "postgres://user:SECRET@127.0.0.1:1/db" });

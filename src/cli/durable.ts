@@ -49,7 +49,7 @@ async function openNamedStore(
       });
     } catch (error) {
       // The URL is checked above; what is left to refuse is the schema name.
-      if (error instanceof AirlockError && error.code === "INVALID_CONFIG") throw new UsageError(`--${error.message}`);
+      if (error instanceof AirlockError && error.code === "INVALID_INPUT") throw new UsageError(`--${error.message}`);
       throw error;
     }
     shown = withoutPassword(target);

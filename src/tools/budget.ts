@@ -17,7 +17,16 @@ export interface BudgetReservation {
   release(): void;
   /** The tool ran but its outcome is unknown: the cost stays held as unknown. */
   markUnknown(): void;
+  /**
+   * The tool ran and its cost is known only now: `spentMicros` is spent, `unknownMicros` stays held as unknown and
+   * the rest is given back (the call still counts). Together they are at most `costMicros`.
+   */
+  settle(spentMicros: number, unknownMicros: number): void;
 }
+
+/** A non-negative safe integer: an amount of micros or calls. */
+export const isCount = (value: unknown): value is number =>
+  typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
 
 export class Budget {
   readonly maxCostMicros: number;
@@ -65,19 +74,25 @@ export class Budget {
     this.#calls += 1;
     this.#reserved += costMicros;
     let settled = false;
-    const settle = (how: "commit" | "release" | "unknown") => {
+    const settle = (spent: number, unknown: number, ran: boolean) => {
       if (settled) return;
       settled = true;
       this.#reserved -= costMicros;
-      if (how === "commit") this.#spent += costMicros;
-      else if (how === "unknown") this.#unknown += costMicros;
-      else this.#calls -= 1;
+      this.#spent += spent;
+      this.#unknown += unknown;
+      if (!ran) this.#calls -= 1;
     };
     return Object.freeze({
       costMicros,
-      commit: () => settle("commit"),
-      release: () => settle("release"),
-      markUnknown: () => settle("unknown"),
+      commit: () => settle(costMicros, 0, true),
+      release: () => settle(0, 0, false),
+      markUnknown: () => settle(0, costMicros, true),
+      settle: (spentMicros: number, unknownMicros: number) => {
+        if (!isCount(spentMicros) || !isCount(unknownMicros) || spentMicros + unknownMicros > costMicros) {
+          throw configError("a reservation settles to non-negative integers of at most its costMicros together");
+        }
+        settle(spentMicros, unknownMicros, true);
+      },
     });
   }
 }

@@ -16,7 +16,7 @@
 import type { z } from "zod";
 import { type JsonValue, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
 import { optionKeys, unknownOption } from "../options.ts";
-import { Budget } from "./budget.ts";
+import { Budget, isCount } from "./budget.ts";
 import {
   type AnyTool,
   changesNothing,
@@ -27,7 +27,7 @@ import {
   type Tool,
   type ToolContext,
 } from "./define.ts";
-import { type FailedOutcome, failure, type Outcome } from "./errors.ts";
+import { AirlockError, type FailedOutcome, failure, type Outcome } from "./errors.ts";
 import { parseWithSchema } from "./validate.ts";
 
 /** Time a guard or the onCall hook has to answer. */
@@ -83,7 +83,6 @@ export interface InvokeToolOptions {
   beforeDispatch?: () => Promise<void>;
 }
 
-/** Cost a settled call spent or left unknown, for outcomes made here (read by the code-mode executor). */
 /**
  * invokeTool's options, and the other fields of a code-mode call context (not used here), so that a broker can pass
  * `{ ...context, permissions, budget }` on.
@@ -107,11 +106,44 @@ const INVOKE_KEYS = [
   "caller",
 ];
 
+/** Cost a settled call spent or left unknown, for outcomes made here (read by the code-mode executor). */
 export interface CallCost {
   readonly spentMicros: number;
   readonly unknownMicros: number;
 }
 const costs = new WeakMap<object, CallCost>();
+
+/** A call's cost as its tool reported it: open while the tool runs, at most `maxMicros` (its tool's cost). */
+interface CostReport {
+  readonly maxMicros: number;
+  open: boolean;
+  cost?: CallCost;
+}
+/** The reports of running calls, by the context each call's tool was given. */
+const reports = new WeakMap<ToolContext, CostReport>();
+
+/**
+ * For Airlock's own tools whose cost is known only once they ran (a durable code phase reserves its program's most and
+ * is charged what its calls cost): the call is charged `spentMicros`, `unknownMicros` stays held as unknown and the
+ * rest of its reservation is given back. Once, while the call runs, within its tool's `costMicros`; a call whose tool
+ * reports nothing costs its whole `costMicros`. A report that breaks these rules is refused (INTEGRITY_VIOLATION);
+ * one for a context `invokeTool` did not make (a handler called directly) has no call to charge and changes nothing.
+ */
+export function reportCallCost(context: ToolContext, cost: CallCost): void {
+  const report = reports.get(context);
+  if (report === undefined) return;
+  const { spentMicros, unknownMicros } = cost;
+  if (
+    !report.open ||
+    report.cost !== undefined ||
+    !isCount(spentMicros) ||
+    !isCount(unknownMicros) ||
+    spentMicros + unknownMicros > report.maxMicros
+  ) {
+    throw new AirlockError("INTEGRITY_VIOLATION", "a call's cost was reported twice, late, or past its tool's cost");
+  }
+  report.cost = Object.freeze({ spentMicros, unknownMicros });
+}
 
 /** The cost recorded for an outcome that `invokeTool` returned, if it did. */
 export function costOfOutcome(outcome: unknown): CallCost | undefined {
@@ -346,6 +378,8 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
     controller.abort(new Error("the tool timed out"));
   }, tool.timeoutMillis);
   const toolContext: ToolContext = Object.freeze({ runId, callId, scope, signal: controller.signal });
+  const report: CostReport = { maxMicros: tool.costMicros, open: true };
+  reports.set(toolContext, report);
   let running: Promise<unknown>;
   try {
     running = Promise.resolve(handlerOf(tool)(validInput, toolContext));
@@ -357,45 +391,45 @@ async function invoke(tool: AnyTool, input: unknown, options: InvokeToolOptions)
   if (settled.kind === "aborted") settled = (await race(running, TOOL_ABORT_GRACE_MS)) as Settled;
   clearTimeout(timer);
   signal?.removeEventListener("abort", onAbort);
+  report.open = false;
 
-  const cost = tool.costMicros;
+  /** Settles the reservation as the tool reported, else as `spent`/`unknown` of its whole cost say. */
+  const charged = <T extends Outcome<unknown>>(outcome: T, spent: boolean): T => {
+    const cost =
+      report.cost ??
+      (spent ? { spentMicros: tool.costMicros, unknownMicros: 0 } : { spentMicros: 0, unknownMicros: tool.costMicros });
+    reservation.settle(cost.spentMicros, cost.unknownMicros);
+    return withCost(outcome, cost.spentMicros, cost.unknownMicros);
+  };
   const writes = !changesNothing(tool.effects);
   if (stopCause !== undefined && (settled.kind !== "value" || !writes)) {
     if (writes) {
-      reservation.markUnknown();
-      return withCost(
+      return charged(
         failure(
           "OUTCOME_UNKNOWN",
           `the ${tool.effects} tool was stopped (${stopCause === "timeout" ? "timeoutMillis" : "cancelled"}) before it answered`,
         ),
-        0,
-        cost,
+        false,
       );
     }
-    reservation.commit();
-    return withCost(
+    return charged(
       stopCause === "timeout"
         ? failure("TIMEOUT", `the tool did not answer within its timeoutMillis of ${tool.timeoutMillis} ms`)
         : failure("CANCELLED", "the call was cancelled while the tool ran"),
-      cost,
-      0,
+      true,
     );
   }
   if (settled.kind !== "value") {
+    // A write or host tool may have acted before it threw: nobody knows whether its effect happened.
     if (writes) {
-      // It may have acted before it threw: nobody knows whether its effect happened.
-      reservation.markUnknown();
-      return withCost(
+      return charged(
         failure("OUTCOME_UNKNOWN", `the ${tool.effects} tool threw; whether its effect happened is unknown`),
-        0,
-        cost,
+        false,
       );
     }
-    reservation.commit();
-    return withCost(failure("TOOL_FAILED", "the tool failed"), cost, 0);
+    return charged(failure("TOOL_FAILED", "the tool failed"), true);
   }
-  reservation.commit();
-  return withCost(await checkOutput(tool, settled.value, maxOutputBytes), cost, 0);
+  return charged(await checkOutput(tool, settled.value, maxOutputBytes), true);
 }
 
 async function checkOutput(tool: AnyTool, raw: unknown, maxBytes: number): Promise<Outcome<unknown>> {

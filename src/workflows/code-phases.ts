@@ -6,9 +6,9 @@
  *
  * A phase is a tool: id `code.<first 32 hex of the program digest>`, version the digest, the strongest effect of the
  * program's tools (none < read < write < host; a program without tools has none), a cost of its dearest tool times
- * `maxToolCalls` (reserved up front), and the capabilities `code:execute`, `code:audit:v2`,
- * `code:audit-scope:<scope hash>` and `code:program:<digest>`, which the runtime must be granted with
- * `tool:<phase tool id>`.
+ * `maxToolCalls` (reserved up front; the run is charged what the program's calls cost), and the capabilities
+ * `code:execute`, `code:audit:v2`, `code:audit-scope:<scope hash>` and `code:program:<digest>`, which the runtime must
+ * be granted with `tool:<phase tool id>`.
  */
 import type { z } from "zod";
 import { CALL_SETTLE_GRACE_MS } from "../code-mode/calls.ts";
@@ -19,6 +19,7 @@ import { type AnyCodeProgram, isCodeProgram } from "../code-mode/program.ts";
 import { domainDigest, type JsonObject, tryCopyJson } from "../json/index.ts";
 import { type AnyTool, defineTool, MAX_TOOL_TIMEOUT_MS, type ToolEffect } from "../tools/define.ts";
 import { AirlockError, configError } from "../tools/errors.ts";
+import { reportCallCost } from "../tools/invoke.ts";
 import { type Binding, defineWorkflow, isStepId, type WorkflowDefinition } from "./definition.ts";
 import type { NewRecord, StoredRecord } from "./records.ts";
 import { type ExecutionReceipt, RECEIPT_EXECUTIONS } from "./run-state.ts";
@@ -323,6 +324,11 @@ function phaseTool(mode: CodeMode, audit: DurableCodeAudit, phaseId: string, pro
         executionId,
         scope: context.scope,
         signal: context.signal,
+      });
+      // The phase reserved its program's most; it is charged what the program's calls cost, the rest given back.
+      reportCallCost(context, {
+        spentMicros: outcome.usage.knownCostMicros,
+        unknownMicros: outcome.usage.unknownCostMicros,
       });
       await recordAudit(registration, {
         format: 2,

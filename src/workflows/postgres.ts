@@ -18,7 +18,7 @@
 import { createRequire } from "node:module";
 import type { Pool, PoolClient, PoolConfig } from "pg";
 import { optionKeys, unknownOption } from "../options.ts";
-import { AirlockError, configError } from "../tools/errors.ts";
+import { AirlockError } from "../tools/errors.ts";
 import {
   eventFromRow,
   MAX_EVENTS_PER_READ,
@@ -44,8 +44,15 @@ export const POSTGRES_POOL_SIZE = 10;
 /** Time to get a connection before the operation fails (STORAGE_UNAVAILABLE). */
 export const POSTGRES_CONNECT_TIMEOUT_MS = 10_000;
 
+/** Characters of a connection string. */
+export const MAX_CONNECTION_STRING_CHARS = 4_096;
+
 export interface PostgresStoreOptions {
-  /** `postgresql://user@host:port/database`; never echoed in errors. */
+  /**
+   * Any form pg reads: `postgres://user:password@host:port/database?sslmode=...` (or `postgresql://`; a socket
+   * directory as the host, written `%2Fdir`, or as `?host=/dir`), `socket://user:password@/dir?db=database`, or
+   * `/dir database` (a socket directory and a database). Never echoed in errors.
+   */
   connectionString: string;
   /** Default `DEFAULT_POSTGRES_SCHEMA`; created if missing. */
   schema?: string;
@@ -53,6 +60,58 @@ export interface PostgresStoreOptions {
 
 const OPTION_KEYS = optionKeys<PostgresStoreOptions>({ connectionString: true, schema: true });
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const URL_FORMS = "a postgres:// or postgresql:// URL, a socket:// URL, or a socket directory and a database";
+
+/**
+ * Whether pg reads `text` as the URL it is, as pg's parser does: spaces and stray `%` escaped first, an empty host
+ * (`user@/db`: the default host) allowed, its parts %-decoded.
+ */
+function readsAsUrl(text: string): boolean {
+  const escaped = / |%[^a-f0-9]|%[a-f0-9][^a-f0-9]/i.test(text) ? encodeURI(text).replace(/%25(\d\d)/g, "%$1") : text;
+  const parse = (value: string) => new URL(value, "postgres://base");
+  try {
+    let url: URL;
+    try {
+      url = parse(escaped);
+    } catch {
+      url = parse(escaped.replace("@/", "@___DUMMY___/"));
+    }
+    decodeURIComponent(url.username);
+    decodeURIComponent(url.password);
+    decodeURIComponent(url.hostname);
+    decodeURI(url.pathname);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Why pg would not read `text` as a connection string, or `undefined`. Forms pg misreads rather than refuses are
+ * refused here: another scheme, a bare word, or libpq's `key=value` list (pg takes all of it for a database name on a
+ * host named `base`). The answer never quotes the text, which may hold a password.
+ */
+function connectionStringProblem(text: unknown): string | undefined {
+  if (typeof text !== "string" || text.trim().length === 0) return `connectionString must be ${URL_FORMS}`;
+  if (text.length > MAX_CONNECTION_STRING_CHARS) {
+    return `connectionString must be at most ${MAX_CONNECTION_STRING_CHARS} characters`;
+  }
+  if (/[\0\r\n]/.test(text)) return "connectionString must not contain NUL bytes or line breaks";
+  if (text.startsWith("/")) {
+    // pg takes the text up to its first space for the directory and the next word for the database, dropping more.
+    return text.split(" ").length <= 2
+      ? undefined
+      : "a socket connectionString is '<directory> [database]': write further settings as a socket:// URL";
+  }
+  if (/^\s*[A-Za-z_]+\s*=/.test(text)) {
+    return "connectionString is a key=value list, which pg does not read: write it as postgres://user:password@host:port/database";
+  }
+  const scheme = /^(postgres|postgresql|socket):\/\//i.exec(text)?.[1]?.toLowerCase();
+  if (scheme === undefined) return `connectionString must be ${URL_FORMS}`;
+  if (!readsAsUrl(text))
+    return `connectionString is not a ${scheme}:// URL pg can read (look at its port and % escapes)`;
+  return undefined;
+}
 
 type PgModule = { Pool: new (config: PoolConfig) => Pool };
 
@@ -299,17 +358,17 @@ class PostgresEngine implements RecordEngine {
 
 /** The shared store: call `initialize()` (creates the schema's tables if needed) before use and `close()` when done. */
 export function createPostgresStore(options: PostgresStoreOptions): WorkflowStore {
-  if (typeof options !== "object" || options === null)
-    throw configError("createPostgresStore needs { connectionString }");
+  // Bad options are INVALID_INPUT, as Mayura's stores answer them.
+  const refuse = (message: string) => new AirlockError("INVALID_INPUT", message);
+  if (typeof options !== "object" || options === null) throw refuse("createPostgresStore needs { connectionString }");
   const unknown = unknownOption(options, "createPostgresStore", OPTION_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  if (unknown !== undefined) throw refuse(unknown);
   const { connectionString } = options;
-  if (typeof connectionString !== "string" || !/^postgres(ql)?:\/\//.test(connectionString)) {
-    throw configError("connectionString must be a postgres:// or postgresql:// URL");
-  }
+  const problem = connectionStringProblem(connectionString);
+  if (problem !== undefined) throw refuse(problem);
   const schema = options.schema ?? DEFAULT_POSTGRES_SCHEMA;
   if (typeof schema !== "string" || !SCHEMA_NAME.test(schema)) {
-    throw configError("schema must be 1-63 characters of lower-case letters, digits and _, not starting with a digit");
+    throw refuse("schema must be 1-63 characters of lower-case letters, digits and _, not starting with a digit");
   }
   return makeWorkflowStore(new PostgresEngine(loadDriver(), connectionString, schema));
 }

@@ -501,9 +501,13 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
         return;
       }
       const { execution, released } = executionOf(outcome, node.tool.effects);
-      const cost = costOfOutcome(outcome);
-      const unknownCost = execution === "unknown" ? (cost?.unknownMicros ?? node.tool.costMicros) : 0;
-      const knownCost = execution === "unknown" ? 0 : (cost?.spentMicros ?? node.tool.costMicros);
+      // As the broker settled the call (a code phase is charged what its program's calls cost, an unknown one keeps
+      // the rest held); without its record, the whole reservation is spent, or held when the outcome is unknown.
+      const cost =
+        costOfOutcome(outcome) ??
+        (execution === "unknown"
+          ? { spentMicros: 0, unknownMicros: node.tool.costMicros }
+          : { spentMicros: node.tool.costMicros, unknownMicros: 0 });
       const receipt: ExecutionReceipt = {
         callId: `${id}/step:${node.id}`,
         toolId: node.tool.id,
@@ -517,7 +521,7 @@ export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntime
           nodeId: node.id,
           fence: claim.fence,
           receipt,
-          settlement: { knownCostMicros: knownCost, unknownCostMicros: Math.min(unknownCost, node.tool.costMicros) },
+          settlement: { knownCostMicros: cost.spentMicros, unknownCostMicros: cost.unknownMicros },
         }),
       );
       // Unknown, or the lease lapsed (or the run was cancelled) meanwhile: the store has settled the step.

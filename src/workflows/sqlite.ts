@@ -5,7 +5,7 @@
  */
 import { createRequire } from "node:module";
 import { optionKeys, unknownOption } from "../options.ts";
-import { AirlockError, configError } from "../tools/errors.ts";
+import { AirlockError } from "../tools/errors.ts";
 import {
   eventFromRow,
   MAX_EVENTS_PER_READ,
@@ -250,12 +250,14 @@ class SqliteEngine implements RecordEngine {
 
 /** The embedded store: call `initialize()` before use and `close()` when done. */
 export function createSqliteStore(options: SqliteStoreOptions): WorkflowStore {
-  if (typeof options !== "object" || options === null) throw configError("createSqliteStore needs { filename }");
+  // Bad options are INVALID_INPUT, as Mayura's stores answer them.
+  const refuse = (message: string) => new AirlockError("INVALID_INPUT", message);
+  if (typeof options !== "object" || options === null) throw refuse("createSqliteStore needs { filename }");
   const unknown = unknownOption(options, "createSqliteStore", OPTION_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  if (unknown !== undefined) throw refuse(unknown);
   const { filename } = options;
   if (typeof filename !== "string" || filename.length === 0 || filename.includes("\0")) {
-    throw configError("filename must be a non-empty path (or ':memory:') without NUL bytes");
+    throw refuse("filename must be a non-empty path (or ':memory:') without NUL bytes");
   }
   loadDriver();
   return makeWorkflowStore(new SqliteEngine(filename));

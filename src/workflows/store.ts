@@ -468,10 +468,13 @@ export function makeWorkflowStore(engine: RecordEngine): WorkflowStore {
             });
             return true;
           }
+          // The attested cost is the call's in all: what its receipt charged already (a code phase's calls that
+          // ran) counts toward it and is never given back.
+          const charge = Math.max(0, known - step.costSpent);
           run.reservedMicros -= step.costReserved;
           step.costReserved = 0;
-          step.costSpent += known;
-          run.spentMicros += known;
+          step.costSpent += charge;
+          run.spentMicros += charge;
           step.receipt = { ...cmd.receipt, disclosure: "withheld" };
           events.push({
             type: "effect.reconciled",
