@@ -10,7 +10,7 @@ const nodeProcess = (globalThis as { process?: NodeProcess }).process;
  * One of Node's built-in modules where the runtime has them (Node, Bun), without a static `node:` import, which the
  * portable entry may not contain; undefined elsewhere (Workers without Node compatibility).
  */
-export function nodeBuiltin<T>(id: "module" | "os" | "crypto" | "v8" | "vm"): T | undefined {
+export function nodeBuiltin<T>(id: "module" | "os" | "crypto" | "v8" | "vm" | "fs"): T | undefined {
   return nodeProcess?.getBuiltinModule?.(id) as T | undefined;
 }
 
@@ -248,3 +248,46 @@ export function nudgeGarbageCollection(): void {
   }, wait);
   collectTimer.unref?.();
 }
+
+type Fs = {
+  openSync(path: string, flags: string): number;
+  readSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number;
+};
+/** This thread's /proc schedstat, opened once per thread (a module is loaded once per thread); null: none here. */
+let schedstat: { fd: number; buffer: Uint8Array } | null | undefined;
+
+/**
+ * Milliseconds the calling thread has computed so far (Linux's /proc: one read of a file opened once, a few us);
+ * undefined where the system does not say. The kernel adds to it at its scheduler ticks and switches, so for a thread
+ * computing now it lags by up to a tick (`SCHEDULER_TICK_MS`).
+ */
+export function threadCpuMs(): number | undefined {
+  if (schedstat === undefined) {
+    schedstat = null;
+    try {
+      const fs = nodeBuiltin<Fs>("fs");
+      // /proc/thread-self names the thread that opens it: the descriptor reads this thread's figures from then on.
+      if (fs) schedstat = { fd: fs.openSync("/proc/thread-self/schedstat", "r"), buffer: new Uint8Array(64) };
+    } catch {
+      // No /proc: no thread clock.
+    }
+  }
+  if (schedstat === null) return undefined;
+  try {
+    const fs = nodeBuiltin<Fs>("fs") as Fs;
+    const length = fs.readSync(schedstat.fd, schedstat.buffer, 0, schedstat.buffer.length, 0);
+    // "<ns on a CPU> <ns waiting for one> <timeslices>"
+    let ns = 0;
+    for (let i = 0; i < length; i++) {
+      const digit = (schedstat.buffer[i] as number) - 48;
+      if (digit < 0 || digit > 9) break;
+      ns = ns * 10 + digit;
+    }
+    return ns / 1e6;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The longest a thread's CPU time read from /proc lags behind: one scheduler tick (Linux's CONFIG_HZ 250). */
+export const SCHEDULER_TICK_MS = 4;

@@ -5,6 +5,7 @@
  */
 import type { CodemodeError } from "../types.ts";
 import { MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
+import { SCHEDULER_TICK_MS, threadCpuMs } from "./platform.ts";
 import { Op } from "./prelude.ts";
 import {
   type CallOutcome,
@@ -50,8 +51,13 @@ export class VmRun {
   stopReason: StopReason | "cpu" | "budget" | undefined;
   /** Interrupt polls so far (see RunRequest.interruptBudget). */
   private polls = 0;
+  /** CPU time of the run's finished turns (see `turnCpuMs`). */
   cpuMs = 0;
+  /** When the current turn began (wall clock), and its thread's CPU time then (NaN: not read, or no thread clock). */
   enteredAt = 0;
+  private enteredCpuMs = Number.NaN;
+  /** A turn's CPU time as last read, and the wall time of that read: past it, CPU time grows at most as fast. */
+  private turnCpuSeen = { cpuMs: 0, at: 0 };
   readonly startedPerf = performance.now();
   ended = false;
   /** Deterministic runs: the VM clock, the next result number and results that arrived early. */
@@ -288,11 +294,45 @@ export class VmRun {
       return true;
     }
     const cpuLimit = this.request.cpuLimitMs;
-    if (cpuLimit !== null && this.cpuMs + (performance.now() - this.enteredAt) > cpuLimit) {
-      this.stopReason = "cpu";
-      return true;
+    if (cpuLimit !== null) {
+      // The thread's CPU clock is read only once the wall clock, which is never behind it, says the limit may be past.
+      const now = performance.now();
+      const seen = this.turnCpuSeen;
+      if (this.cpuMs + seen.cpuMs + (now - seen.at) > cpuLimit) {
+        this.turnCpuSeen = { cpuMs: this.turnCpuMs(now), at: now };
+        if (this.cpuMs + this.turnCpuSeen.cpuMs > cpuLimit) {
+          this.stopReason = "cpu";
+          return true;
+        }
+      }
     }
     return false;
+  }
+
+  /** A turn begins: the clocks a CPU limit is counted by (the thread's CPU clock only for a run that has one). */
+  enterTurn(now: number): void {
+    this.enteredAt = now;
+    this.turnCpuSeen = { cpuMs: 0, at: now };
+    this.enteredCpuMs = this.request.cpuLimitMs === null ? Number.NaN : (threadCpuMs() ?? Number.NaN);
+  }
+
+  /** A turn ends: its CPU time counts towards the run's. */
+  leaveTurn(now: number): void {
+    this.cpuMs += this.turnCpuMs(now);
+  }
+
+  /**
+   * What the current turn computed until `now`: the wall time, or, for a run with a CPU limit on a thread with a CPU
+   * clock, its thread's CPU time plus at most one scheduler tick by which that clock lags. On a machine with more busy
+   * threads than cores, the wall time also counts the time the thread waited for a core, and a program ran into its
+   * `cpuMillis` having computed a fraction of it.
+   */
+  private turnCpuMs(now: number): number {
+    const wallMs = now - this.enteredAt;
+    if (Number.isNaN(this.enteredCpuMs)) return wallMs;
+    const cpuNow = threadCpuMs();
+    if (cpuNow === undefined) return wallMs;
+    return Math.min(wallMs, Math.max(0, cpuNow - this.enteredCpuMs) + SCHEDULER_TICK_MS);
   }
 
   /** After a turn: a native built-in (a huge JSON.stringify or sort) computes without interrupt checks. */

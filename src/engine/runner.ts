@@ -315,7 +315,7 @@ export class VmRunner {
       Atomics.add(turn, TurnSlot.count, 1);
       Atomics.store(turn, TurnSlot.running, run.request.slot + 1);
     }
-    run.enteredAt = performance.now();
+    run.enterTurn(performance.now());
     this.longTurnReported = false;
     let crash: RunResult | undefined;
     try {
@@ -324,7 +324,7 @@ export class VmRunner {
     } catch (error) {
       crash = run.classify(error);
     } finally {
-      run.cpuMs += performance.now() - run.enteredAt;
+      run.leaveTurn(performance.now());
       this.busy = false;
       if (turn) Atomics.store(turn, TurnSlot.running, 0);
       if (this.longTurnReported) {
