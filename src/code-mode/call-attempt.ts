@@ -186,13 +186,18 @@ export async function runAttempt(
         const captureSettled = new Promise<void>((resolve) => {
           captureDone = resolve;
         });
-        /** Stops the run; a pause that keeps a snapshot stops it once the snapshot was taken (or refused). */
+        /**
+         * Stops the run; the first reason is the attempt's. A pause that keeps a snapshot stops it once the snapshot
+         * was taken (or refused), and a later pause (another call that needs approval, asked in the same turn) leaves
+         * that to it.
+         */
         const halt = (reason: Halt, keep = false) => {
+          const first = halted === null;
           halted ??= reason;
-          if (keep && halted === reason) {
+          if (first && keep) {
             capture.abort();
             void captureSettled.then(() => stop.abort());
-          } else stop.abort();
+          } else if (first || reason.kind !== "paused") stop.abort();
         };
         // Journal writes and dispatches under way: an attempt ends only once they are settled and recorded.
         const track = <T>(work: Promise<T>): Promise<T> => {
@@ -260,8 +265,8 @@ export async function runAttempt(
               if (entry.state === "settled" && entry.result !== null) {
                 return { result: entry.result, seq: entry.seq, now: entry.now };
               }
-              if (entry.state === "awaiting") {
-                if (pendingCall === null || pendingCall.n !== n || pendingCall.decision === null) {
+              if (entry.state === "awaiting" && pendingCall?.n === n) {
+                if (pendingCall.decision === null) {
                   halt({ kind: "diverged" });
                   return never();
                 }
@@ -271,20 +276,25 @@ export async function runAttempt(
                 // Journaled as dispatched again, so that a crash from here on leaves it unknown, never repeated.
                 return dispatch(n, toolId, input, argsDigest, false);
               }
-              // Journaled as dispatched and never marked: the process died in between.
-              if (tool !== undefined && changesNothing(tool.effects))
-                return dispatch(n, toolId, input, argsDigest, true);
-              replayedUnknown++;
-              return settle(
-                n,
-                Object.freeze({
-                  status: "outcome_unknown" as const,
-                  error: Object.freeze({
-                    code: "OUTCOME_UNKNOWN" as const,
-                    message: "the outcome of the tool call is unknown",
+              if (entry.state === "dispatching") {
+                // Journaled as dispatched and never marked: the process died in between.
+                if (tool !== undefined && changesNothing(tool.effects))
+                  return dispatch(n, toolId, input, argsDigest, true);
+                replayedUnknown++;
+                return settle(
+                  n,
+                  Object.freeze({
+                    status: "outcome_unknown" as const,
+                    error: Object.freeze({
+                      code: "OUTCOME_UNKNOWN" as const,
+                      message: "the outcome of the tool call is unknown",
+                    }),
                   }),
-                }),
-              );
+                );
+              }
+              // Awaiting, but not the call the journal waited on: asked beside it (a `Promise.all` over several calls
+              // that need approval) and decided by nobody, so nothing acted on it. It goes on as a new call: asked
+              // now, in a pause of its own.
             }
             if (tool !== undefined && (await needsApproval(tool, input))) {
               const inputDigest = argsDigest;
