@@ -160,9 +160,18 @@ describe.each(["SQLite", "PostgreSQL"] as BackingKind[])("several calls that nee
       refunds.filter((r) => verdicts[r.order] === "approve").map((r) => `${r.order}:${r.cents}`),
     );
     expect(run.lookups.sort()).toEqual(["after", "beside"]);
-    // The journal: succeeded, with no word of an integrity violation.
+    // The journal: succeeded, no failure recorded, and each decision in its history, as it was made.
     const { state, events } = await journalRows(backing);
-    expect(state).toMatchObject({ status: "succeeded", pending: null });
+    expect(state).toMatchObject({ status: "succeeded", error: null, pending: null });
+    const decided = events.filter((e) => e.type === "call.decided").map((e) => e.data);
+    expect(decided.sort((a, b) => (a.n as number) - (b.n as number))).toEqual(
+      refundCalls.map((n, i) => ({
+        n,
+        digest: run.asked.find((a) => callNumber(a) === n)?.digest,
+        decision: verdicts[refunds[i]?.order as string] === "approve" ? "approved" : "rejected",
+        humanId: "clerk-1",
+      })),
+    );
     expect(JSON.stringify(events)).not.toContain("INTEGRITY_VIOLATION");
   }
 

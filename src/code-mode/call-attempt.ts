@@ -12,7 +12,7 @@
  * it rather than running the program from its start, and its calls go through the same journal: those still open at
  * the capture come again first (each checked against its entry and answered from it, or dispatched), then new ones.
  */
-import { domainDigest, type JsonValue } from "../json/index.ts";
+import type { JsonValue } from "../json/index.ts";
 import { changesNothing, type Scope } from "../tools/define.ts";
 import { AirlockError, type ErrorCode, statusOf } from "../tools/errors.ts";
 import { parseWithSchema } from "../tools/validate.ts";
@@ -27,6 +27,8 @@ import {
 } from "./adapter.ts";
 import {
   type ApprovalJournalStore,
+  type ApprovedCall,
+  approvalDigest,
   approvalOf,
   argsOf,
   type CallApproval,
@@ -65,8 +67,15 @@ export interface WaitingOutcome {
   readonly evidence: readonly ExecutionEvidence[];
 }
 
-/** Why an attempt stopped before the program ended. */
-type Halt = { kind: "paused"; pending: Pending } | { kind: "diverged" } | { kind: "lost"; error: unknown };
+/**
+ * Why an attempt stopped before the program ended: a call that needs a person, a call other than the journal's at its
+ * number, a decision that is not on the call the program makes, a journal that could not be written.
+ */
+type Halt =
+  | { kind: "paused"; pending: Pending }
+  | { kind: "diverged" }
+  | { kind: "tampered" }
+  | { kind: "lost"; error: unknown };
 
 const never = <T>() => new Promise<T>(() => {});
 
@@ -129,7 +138,7 @@ export async function runAttempt(
       ({ snapshot, journal: summary } = await readSnapshot(store, sh, state.executionId, kept));
     } catch (error) {
       if ((error as { code?: unknown }).code !== "INTEGRITY_VIOLATION") throw error;
-      await finish("failed");
+      await finish("failed", { error: { code: "INTEGRITY_VIOLATION", message: (error as Error).message } });
       throw error;
     }
   }
@@ -151,6 +160,33 @@ export async function runAttempt(
     }
   };
   advance();
+  /** What an approval of call `n` binds (the run's ids are the journal's, which `claim` checked against the caller's). */
+  const approved = (n: number, tool: JournaledTool, inputDigest: string, expiresAt: number): ApprovedCall => ({
+    scope: sh,
+    runId: state.runId,
+    executionId: state.executionId,
+    programDigest: program.digest,
+    n,
+    tool: tool.id,
+    version: tool.version,
+    inputDigest,
+    expiresAt,
+  });
+  /**
+   * Whether the decision the journal holds is a person's decision on exactly the call the program makes now: the
+   * approval's digest computed again from this call (the program's tool, version and these arguments) is the one the
+   * person decided on, and the decision the state holds is the one recorded with it (`call.decided`). A store whose
+   * rows were changed after the decision fails here, before anything is sent.
+   */
+  const decidedAsIs = (pending: Pending, entry: Entry, tool: JournaledTool | undefined, argsDigest: string) =>
+    tool !== undefined &&
+    pending.decision !== null &&
+    pending.toolId === tool.id &&
+    pending.version === tool.version &&
+    pending.inputDigest === argsDigest &&
+    pending.digest === approvalDigest(approved(pending.n, tool, argsDigest, pending.expiresAt)) &&
+    entry.decided?.digest === pending.digest &&
+    entry.decided.decision === pending.decision;
   /** Set when the sandbox could not restore the snapshot: the whole journal, read before the run's first call. */
   let wholeJournal: Promise<void> | undefined;
   // Without a snapshot, the journaled calls settled from the first on are answered ahead, with the run; each is still
@@ -266,8 +302,9 @@ export async function runAttempt(
                 return { result: entry.result, seq: entry.seq, now: entry.now };
               }
               if (entry.state === "awaiting" && pendingCall?.n === n) {
-                if (pendingCall.decision === null) {
-                  halt({ kind: "diverged" });
+                // The call a person decided on: sent (or refused) only if it is exactly the call they decided on.
+                if (!decidedAsIs(pendingCall, entry, tool, argsDigest)) {
+                  halt({ kind: "tampered" });
                   return never();
                 }
                 if (pendingCall.decision === "rejected") {
@@ -302,17 +339,7 @@ export async function runAttempt(
               const awaiting = await track(
                 append(store, sh, id, owner, "call.awaiting", (now) => {
                   const expiresAt = now + ttlMs;
-                  const digest = domainDigest("airlock:call-approval:v1", {
-                    scope: sh,
-                    runId: state.runId,
-                    executionId: state.executionId,
-                    programDigest: program.digest,
-                    n,
-                    tool: tool.id,
-                    version: tool.version,
-                    inputDigest,
-                    expiresAt,
-                  });
+                  const digest = approvalDigest(approved(n, tool, inputDigest, expiresAt));
                   return { n, toolId, argsDigest, digest, expiresAt };
                 }),
               );
@@ -401,14 +428,12 @@ export async function runAttempt(
     const previous = state.snapshot;
     if (previous !== undefined && previous !== null) await dropSnapshot(store, sh, previous).catch(() => {});
   };
-  const integrity = (): AttemptOutcome => {
-    const code = "INTEGRITY_VIOLATION";
-    return {
-      status: statusOf(code) as "failed",
-      error: { code, message: "the program did not replay its journal: another call at a journaled number" },
-      usage: outcome.usage,
-      evidence: outcome.evidence,
-    };
+  /** The execution fails with INTEGRITY_VIOLATION, and its journal says why. */
+  const integrity = async (message: string): Promise<AttemptOutcome> => {
+    const error = { code: "INTEGRITY_VIOLATION" as const, message };
+    await finish("failed", { snapshot: null, error });
+    await dropKept();
+    return { status: statusOf(error.code) as "failed", error, usage: outcome.usage, evidence: outcome.evidence };
   };
   if (halted?.kind === "lost") {
     const code: ErrorCode =
@@ -420,10 +445,13 @@ export async function runAttempt(
       evidence: outcome.evidence,
     };
   }
+  if (halted?.kind === "tampered") {
+    return integrity(
+      "the call a person decided on is not the call the program makes now (the journal changed since the decision); it was not sent",
+    );
+  }
   if (halted?.kind === "diverged" || (halted === null && unfinished)) {
-    await finish("failed", { snapshot: null });
-    await dropKept();
-    return integrity();
+    return integrity("the program did not replay its journal: another call at a journaled number");
   }
   if (halted?.kind === "paused") {
     const pending = halted.pending;
@@ -467,7 +495,12 @@ export async function runAttempt(
           evidence: outcome.evidence,
         }
       : outcome;
-  await finish(final.status, { pending: null, fingerprint, snapshot: null });
+  await finish(final.status, {
+    pending: null,
+    fingerprint,
+    snapshot: null,
+    error: final.status === "succeeded" ? null : { code: final.error.code, message: final.error.message },
+  });
   await dropKept();
   return final;
 }
