@@ -11,7 +11,7 @@ import { sha256Hex } from "../engine/platform.ts";
 import { domainDigest, type JsonObject } from "../json/index.ts";
 import { AirlockError } from "../tools/errors.ts";
 import type { SandboxSnapshot } from "./adapter.ts";
-import { type ApprovalJournalStore, type Entry, isCount, type SnapshotRef } from "./call-journal.ts";
+import { type ApprovalJournalStore, type Entry, isCallResult, isCount, type SnapshotRef } from "./call-journal.ts";
 
 /**
  * Calls before the paused one from which a paused program is captured, so that its resume restores the snapshot
@@ -59,7 +59,8 @@ function isSummary(value: unknown): value is JournalSummary {
         ENTRY_STATES.includes(item[1].state) &&
         isCount(item[1].seq) &&
         typeof item[1].now === "number" &&
-        (item[1].result === null || typeof item[1].result === "object"),
+        (item[1].result === null || isCallResult(item[1].result)) &&
+        (item[1].decided === undefined || typeof item[1].decided?.digest === "string"),
     )
   );
 }
