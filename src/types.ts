@@ -188,3 +188,6 @@ export interface CodemodeSandboxBaseOptions {
    */
   interruptBudget?: number;
 }
+
+/** A compiled QuickJS module (pi-codemode's name for it). */
+export type CodemodeWasmModule = WebAssembly.Module;
