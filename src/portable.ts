@@ -10,6 +10,7 @@ export * from "./declarations/index.ts";
 export {
   DEFAULT_INTERRUPT_BUDGET,
   DEFAULT_MAX_TOOL_CALLS,
+  DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
   DEFAULT_TIMEOUT_MS,
   INLINE_MAX_STACK_SIZE,
   MAX_CLOCK_MS,
@@ -38,7 +39,6 @@ export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES
 export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./sandbox/inline.ts";
 export {
   type CodemodeServeOptions,
-  DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
   RemoteCodemodeSandbox,
   type RemoteCodemodeSandboxOptions,
   serveCodemodeRemote,

@@ -339,6 +339,13 @@ describe("a Worker written against pi-codemode's /cloudflare", () => {
     const capped = await run({ binding: "OWN", code: "while (true) {}" });
     expect(!capped.result.ok && capped.result.error.message).toMatch(/interrupt budget of 300 polls/);
   });
+
+  it("pi's InlineCodemodeSandbox without a budget stops a script that never yields, as pi's default budget does", async () => {
+    const ran = (await worker.post("/inline", "return 6 * 7")) as { result: CodemodeResult };
+    expect(ran.result).toMatchObject({ ok: true, value: 42 });
+    const spinning = (await worker.post("/inline", "while (true) {}")) as { result: CodemodeResult };
+    expect(!spinning.result.ok && spinning.result.error.message).toMatch(/interrupt budget of 100000 polls/);
+  }, 120_000);
 });
 
 describe("examples/cloudflare, as their wrangler configs wire them", () => {

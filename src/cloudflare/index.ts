@@ -4,13 +4,16 @@
  * Wrangler. The agent's Worker imports `airlock-codemode/portable`, which bundles no QuickJS.
  */
 import { DurableObject } from "cloudflare:workers";
-import { DEFAULT_INTERRUPT_BUDGET, INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+import {
+  DEFAULT_INTERRUPT_BUDGET,
+  DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
+  INLINE_MAX_STACK_SIZE,
+} from "../engine/limits.ts";
 // QuickJS as the build rewrote it (catchable out-of-memory errors, tracked writes): a compiled module on Workers,
 // which refuse to compile wasm at run time.
 import quickjs from "../engine/quickjs-tracked.wasm";
 import { type CodemodeRemoteRequest, type RemoteExchange, RemoteVmSide } from "../engine/remote.ts";
 import { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "../sandbox/inline.ts";
-import { DEFAULT_REMOTE_MEMORY_LIMIT_BYTES } from "../sandbox/remote.ts";
 
 export * from "../portable.ts";
 

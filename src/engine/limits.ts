@@ -90,3 +90,6 @@ export const BUDGET_SHARES = 500;
 export const BUDGET_POLL_JOBS = 50;
 /** The largest interrupt budget a sandbox accepts. */
 export const MAX_INTERRUPT_BUDGET = 1_000_000_000;
+
+/** Default memory limit of one VM on Workers (in a Durable Object, or inline): an isolate's VMs share its 128 MB. */
+export const DEFAULT_REMOTE_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024;

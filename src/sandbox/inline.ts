@@ -2,7 +2,11 @@
  * The sandbox on the calling thread, for any runtime with WebAssembly (the portable entry): it needs no worker, no
  * file and no `node:` module, only a compiled QuickJS module.
  */
-import { INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+import {
+  DEFAULT_INTERRUPT_BUDGET,
+  DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
+  INLINE_MAX_STACK_SIZE,
+} from "../engine/limits.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
 import { InlineLauncher } from "../host/inline.ts";
 import type { Launcher } from "../host/launcher.ts";
@@ -45,7 +49,7 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
     const make = (module: WebAssembly.Module) =>
       new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms, budget });
     const inline = withModule(options.wasm, make, "InlineCodemodeSandbox");
-    super(options, inline);
+    super(onWorkers() ? { ...WORKERS_DEFAULTS, ...options } : options, inline);
     this.inline = inline;
   }
 
@@ -55,6 +59,20 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
     await this.warmHost();
   }
 }
+
+/** Cloudflare Workers (they say so in `navigator.userAgent`). */
+function onWorkers(): boolean {
+  return (globalThis as { navigator?: { userAgent?: unknown } }).navigator?.userAgent === "Cloudflare-Workers";
+}
+
+/**
+ * The defaults on Workers, as in the Durable Object: clocks stand still while a script computes, so no deadline stops
+ * it and an interrupt budget must (pi-codemode's default); an isolate has 128 MB in all.
+ */
+const WORKERS_DEFAULTS = {
+  interruptBudget: DEFAULT_INTERRUPT_BUDGET,
+  memoryLimitBytes: DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
+};
 
 /** The launcher at once for a module (or the default one), or once a promised module has compiled. */
 export function withModule<L extends Launcher>(

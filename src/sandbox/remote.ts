@@ -3,7 +3,11 @@
  * (cloudflare/): tools, call records and the deadline stay with the caller, and each tool call travels back to it.
  * `serveCodemodeRemote` is the other end, for a remote of your own.
  */
-import { DEFAULT_INTERRUPT_BUDGET, INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+import {
+  DEFAULT_INTERRUPT_BUDGET,
+  DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
+  INLINE_MAX_STACK_SIZE,
+} from "../engine/limits.ts";
 import { type CodemodeRemoteRequest, checkRemoteRequest, type RemoteExchange, RemoteVmSide } from "../engine/remote.ts";
 import { RemoteLauncher, type RemoteSandboxStub } from "../host/remote.ts";
 import { refuseUnknownOptions } from "../options.ts";
@@ -13,8 +17,6 @@ import { checkWasm } from "./inline.ts";
 
 /** Time `warm()` gives a cold object to boot and run its first script. */
 export const REMOTE_WARM_TIMEOUT_MS = 30_000;
-/** Default memory limit of one VM served remotely: all VMs of an isolate share its 128 MB. */
-export const DEFAULT_REMOTE_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024;
 
 export interface RemoteCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**
