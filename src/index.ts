@@ -2,6 +2,7 @@
 
 export * from "./declarations/index.ts";
 export {
+  DEFAULT_INTERRUPT_BUDGET,
   DEFAULT_MAX_TOOL_CALLS,
   DEFAULT_TIMEOUT_MS,
   INLINE_MAX_STACK_SIZE,
@@ -16,6 +17,12 @@ export {
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
 export { MAX_JOURNAL_CLOCK_READS } from "./engine/protocol.ts";
+export type {
+  CodemodeRemoteExchange,
+  CodemodeRemoteMessage,
+  CodemodeRemoteReply,
+  CodemodeRemoteRequest,
+} from "./engine/remote.ts";
 export { MAX_BATCH_CHARS } from "./engine/serve.ts";
 export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm.ts";
 export { WasmRewriteError } from "./engine/wasm-binary.ts";
@@ -29,6 +36,7 @@ export {
   STUCK_AFTER_MS,
   WARM_RUNS,
 } from "./host/pool.ts";
+export type { CodemodeRemote } from "./host/remote.ts";
 export { MAX_POOL_SIZE_PER_CORE } from "./host/worker-pool.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export * from "./process/index.ts";
@@ -40,6 +48,12 @@ export {
   InlineCodemodeSandbox,
   type InlineCodemodeSandboxOptions,
 } from "./sandbox/codemode.ts";
+export {
+  type CodemodeServeOptions,
+  RemoteCodemodeSandbox,
+  type RemoteCodemodeSandboxOptions,
+  serveCodemodeRemote,
+} from "./sandbox/remote.ts";
 export * from "./source/index.ts";
 export * from "./tools/index.ts";
 export {

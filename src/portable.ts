@@ -1,8 +1,9 @@
 /**
  * `airlock-codemode/portable`: what runs on any runtime with WebAssembly and Web APIs, with no `node:` module and no
- * file read from disk (Cloudflare Workers, Deno, browsers): the remote sandbox, the sandbox on the calling thread
- * (given a compiled QuickJS module), declarations, source parsing, identifiers and the limits. On Cloudflare,
- * `airlock-codemode/cloudflare` adds the Durable Object that runs the VMs, and QuickJS compiled by the bundler.
+ * file read from disk (Cloudflare Workers, Deno, browsers): the remote sandbox and its remote end
+ * (`serveCodemodeRemote`), the sandbox on the calling thread (given a compiled QuickJS module), declarations, source
+ * parsing, identifiers and the limits. On Cloudflare, `airlock-codemode/cloudflare` has all of it and adds the Durable
+ * Object that runs the VMs, and QuickJS compiled by the bundler.
  */
 
 export * from "./declarations/index.ts";
@@ -22,13 +23,25 @@ export {
   MAX_STORE_VALUE_CHARS,
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
-export type { RemoteExchange } from "./engine/remote.ts";
+export type {
+  CodemodeRemoteExchange,
+  CodemodeRemoteMessage,
+  CodemodeRemoteReply,
+  CodemodeRemoteRequest,
+  RemoteExchange,
+} from "./engine/remote.ts";
 export { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES } from "./engine/rpc-bytes.ts";
 export { MAX_BATCH_CHARS } from "./engine/serve.ts";
-export { REMOTE_BOOT_TIMEOUT_MS, REMOTE_POLL_MS, type RemoteSandboxStub } from "./host/remote.ts";
+export { type CodemodeRemote, REMOTE_BOOT_TIMEOUT_MS, REMOTE_POLL_MS, type RemoteSandboxStub } from "./host/remote.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
 export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./sandbox/inline.ts";
-export { RemoteCodemodeSandbox, type RemoteCodemodeSandboxOptions } from "./sandbox/remote.ts";
+export {
+  type CodemodeServeOptions,
+  DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
+  RemoteCodemodeSandbox,
+  type RemoteCodemodeSandboxOptions,
+  serveCodemodeRemote,
+} from "./sandbox/remote.ts";
 export * from "./source/index.ts";
 export type * from "./types.ts";

@@ -180,10 +180,14 @@ export interface CodemodeSandboxBaseOptions {
    */
   maxTotalMemoryBytes?: number;
   /**
-   * Interrupt polls a script may compute through (QuickJS polls about every 10,000 bytecode steps); past it the
-   * execution fails with `timeout`. Where clocks stand still while a script computes (Workers), this is the only limit
+   * Interrupt polls a script may compute through, counted as pi-codemode counts them (one every 10,000 of QuickJS's
+   * bytecode steps, a call or a backward jump, and one every 50 promise jobs); past it the execution fails with
+   * `timeout`. Where clocks stand still while a script computes (Workers), this is the only limit
    * of a script that never awaits. Default: none for the Node sandboxes, `DEFAULT_INTERRUPT_BUDGET` for the remote one
    * and `createInlineCodemodeSandbox`.
    */
   interruptBudget?: number;
 }
+
+/** A compiled QuickJS module (pi-codemode's name for it). */
+export type CodemodeWasmModule = WebAssembly.Module;

@@ -6,19 +6,25 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as piPortable from "@earendil-works/pi-codemode/portable";
+import type { CodemodeResult } from "airlock-codemode/portable";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { takeExchange } from "../dist/engine/remote.js";
 import { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES, rpcBytes } from "../dist/engine/rpc-bytes.js";
+import type { PiScenario } from "./fixtures/cloudflare/pi-worker.ts";
 import {
   agentEntry,
   bundleWorker,
   platformImports,
+  type SingleWorker,
   sandboxEntry,
+  startSingleWorker,
   startWorkerd,
   type Workerd,
 } from "./helpers/workerd.ts";
 
 const dist = join(fileURLToPath(new URL("..", import.meta.url)), "dist");
+const fixtures = join(fileURLToPath(new URL(".", import.meta.url)), "fixtures", "cloudflare");
 
 describe("bundles for the Workers platform", () => {
   it("airlock-codemode/portable bundles with no node: import and no wasm", async () => {
@@ -203,13 +209,13 @@ describe("RemoteCodemodeSandbox through the Durable Object, from an agent Worker
 
   it("caps a request's interrupt budget at the object's, and a subclass raises it", async () => {
     // The message names the budget the run had: the request's, or the object's when the request asked for more.
-    const small = await workerd.run({ codes: ["while (true) {}"], interruptBudget: 2_000 });
+    const small = await workerd.run({ codes: ["while (true) {}"], interruptBudget: 200 });
     expect(small.results[0]).toMatchObject({ ok: false, error: { kind: "timeout" } });
-    expect(small.results[0]?.ok === false && small.results[0].error.message).toMatch(/interrupt budget of 2000 polls/);
+    expect(small.results[0]?.ok === false && small.results[0].error.message).toMatch(/interrupt budget of 200 polls/);
     const capped = await workerd.run({ codes: ["while (true) {}"], interruptBudget: 900_000_000 });
-    expect(capped.results[0]?.ok === false && capped.results[0].error.message).toMatch(/budget of 1000000 polls/);
-    const raised = await workerd.run({ codes: ["while (true) {}"], interruptBudget: 1_500_000, binding: "RAISED" });
-    expect(raised.results[0]?.ok === false && raised.results[0].error.message).toMatch(/budget of 1500000 polls/);
+    expect(capped.results[0]?.ok === false && capped.results[0].error.message).toMatch(/budget of 100000 polls/);
+    const raised = await workerd.run({ codes: ["while (true) {}"], interruptBudget: 150_000, binding: "RAISED" });
+    expect(raised.results[0]?.ok === false && raised.results[0].error.message).toMatch(/budget of 150000 polls/);
   }, 120_000);
 
   it("the deadline ends the execution in the agent at once; the object stops the VM and serves the next", async () => {
@@ -222,7 +228,7 @@ describe("RemoteCodemodeSandbox through the Durable Object, from an agent Worker
       error: { kind: "timeout", message: "The execution timed out after 300 ms" },
     });
     expect(outcome.aborted).toBe(1);
-    const computing = await workerd.run({ codes: ["while (true) {}"], timeoutMs: 200, interruptBudget: 200_000 });
+    const computing = await workerd.run({ codes: ["while (true) {}"], timeoutMs: 200, interruptBudget: 20_000 });
     expect(computing.results[0]).toMatchObject({
       ok: false,
       error: { kind: "timeout", message: "The execution timed out after 200 ms" },
@@ -267,8 +273,71 @@ describe("RemoteCodemodeSandbox through the Durable Object, from an agent Worker
 
   it("createInlineCodemodeSandbox runs inside a Worker, and its interrupt budget stops a script that never yields", async () => {
     expect(await workerd.inline("return await tools.add({ a: 40, b: 2 })")).toMatchObject({ ok: true, value: 42 });
-    const spinning = (await workerd.inline("while (true) {}", 2_000)) as { ok: boolean; error?: { kind: string } };
+    const spinning = (await workerd.inline("while (true) {}", 200)) as { ok: boolean; error?: { kind: string } };
     expect(spinning).toMatchObject({ ok: false, error: { kind: "timeout" } });
+  });
+});
+
+describe("a Worker written against pi-codemode's /cloudflare", () => {
+  let worker: SingleWorker;
+  const run = (scenario: PiScenario) =>
+    worker.post("/", scenario) as Promise<{ result: CodemodeResult; served: number | null }>;
+  const sum = "return await tools.add({ a: 40, b: 2 })";
+  beforeAll(async () => {
+    worker = await startSingleWorker(join(fixtures, "pi-worker.ts"), {
+      SANDBOX: "CodemodeSandbox",
+      AUDITED: "AuditedSandbox",
+      OWN: "OwnSandbox",
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await worker?.dispose();
+  });
+
+  it("finds every name pi's entry exports, the portable API among them", async () => {
+    // pi's entry imports Workers' modules, so Node reads its names from its declarations: its own, and /portable's.
+    const declarations = readFileSync(
+      join(dist, "..", "node_modules", "@earendil-works", "pi-codemode", "dist", "cloudflare.d.ts"),
+      "utf8",
+    );
+    expect(declarations).toContain('export * from "./portable.ts";');
+    const own = [...declarations.matchAll(/^export declare (?:const|function|class) (\w+)/gm)].map(
+      (m) => m[1] as string,
+    );
+    expect(own).toEqual([
+      "DEFAULT_REMOTE_MEMORY_LIMIT_BYTES",
+      "cloudflareQuickJSWasm",
+      "createInlineCodemodeSandbox",
+      "CodemodeSandboxDurableObject",
+    ]);
+    const { names, wasmIsModule } = (await worker.post("/exports")) as { names: string[]; wasmIsModule: boolean };
+    expect([...own, ...Object.keys(piPortable)].filter((name) => !names.includes(name))).toEqual([]);
+    expect(wasmIsModule).toBe(true);
+  });
+
+  it("pi's subclass that changes the caps serves RemoteCodemodeSandbox from the same entry", async () => {
+    const { result } = await run({ binding: "SANDBOX", code: sum });
+    expect(result).toMatchObject({ ok: true, value: 42, calls: [{ name: "add", status: "ok" }] });
+    const capped = await run({ binding: "SANDBOX", code: "while (true) {}", interruptBudget: 150 });
+    expect(capped.result).toMatchObject({ ok: false, error: { kind: "timeout" } });
+    expect(!capped.result.ok && capped.result.error.message).toMatch(/interrupt budget of 150 polls/);
+  });
+
+  it("an override of pi's RPC execute is called for every execution, and the request it passes on applies", async () => {
+    const { result, served } = await run({ binding: "AUDITED", code: sum });
+    expect(result).toMatchObject({ ok: true, value: 42 });
+    expect(served).toBe(1);
+    // The override lowers the budget its request asks for (pi's CodemodeRemoteRequest.interruptBudget).
+    const lowered = await run({ binding: "AUDITED", code: "while (true) {}", interruptBudget: 90_000 });
+    expect(!lowered.result.ok && lowered.result.error.message).toMatch(/interrupt budget of 500 polls/);
+    expect(lowered.served).toBe(1);
+  });
+
+  it("an object of its own serves with serveCodemodeRemote and the module Wrangler compiled", async () => {
+    const { result } = await run({ binding: "OWN", code: sum });
+    expect(result).toMatchObject({ ok: true, value: 42, calls: [{ name: "add", status: "ok" }] });
+    const capped = await run({ binding: "OWN", code: "while (true) {}" });
+    expect(!capped.result.ok && capped.result.error.message).toMatch(/interrupt budget of 300 polls/);
   });
 });
 

@@ -226,6 +226,36 @@ describe("over stdio (airlock serve --store)", () => {
     expect(sent("notes")).toEqual([{ tool: "read_inbox", arguments: {} }]);
   });
 
+  it("asks for each of two calls made at once, one decision each, and finishes", async () => {
+    const code = [
+      "const [a, b] = await Promise.allSettled([",
+      "  tools.mail__send_mail({ to: 'a@example.com' }),",
+      "  tools.mail__send_mail({ to: 'b@example.com' }),",
+      "]);",
+      "return [a.status === 'fulfilled' ? a.value.sent.arguments.to : a.reason.code,",
+      "  b.status === 'fulfilled' ? b.value.sent.arguments.to : b.reason.code];",
+    ].join("\n");
+    const verdicts: Record<string, "approve" | "reject"> = { "a@example.com": "approve", "b@example.com": "reject" };
+    let answer = await execute(gateway.client, code);
+    const asked: number[] = [];
+    while (answer.structuredContent.waiting !== undefined) {
+      const waiting = answer.structuredContent.waiting;
+      expect(asked.length, "asked more often than there are calls").toBeLessThan(2);
+      asked.push(waiting.call);
+      // Each pause is about one call, with its own arguments, and nothing was sent for it; after a resume, it is a
+      // new request, not the one decided before.
+      expect(textOf(answer)).toContain(`The run waits for a person's approval: its call ${waiting.call}`);
+      const to = (waiting.arguments as { to: string }).to;
+      expect(sent("mail").map((call) => call.arguments)).not.toContainEqual({ to });
+      expect((await decide(waiting[verdicts[to] as "approve" | "reject"])).code).toBe(0);
+      answer = await execute(gateway.client, code, waiting.run);
+    }
+    expect(answer.isError).toBeFalsy();
+    expect(asked.sort()).toEqual([1, 2]);
+    expect(answer.structuredContent.value).toEqual(["a@example.com", "GUARD_BLOCKED"]);
+    expect(sent("mail")).toEqual([{ tool: "send_mail", arguments: { to: "a@example.com" } }]);
+  });
+
   it("refuses to resume with other code: INTEGRITY_VIOLATION, nothing sent", async () => {
     const waiting = expectWaiting(await execute(gateway.client, CODE));
     expect((await decide(waiting.approve)).code).toBe(0);

@@ -1,28 +1,30 @@
 /**
- * `airlock-codemode/cloudflare`: the Durable Object that runs the VMs of `RemoteCodemodeSandbox`, and the sandbox on
- * the calling thread with QuickJS compiled by Wrangler. Import it in the sandbox Worker; the agent's Worker imports
- * `airlock-codemode/portable`, which bundles no QuickJS.
+ * `airlock-codemode/cloudflare`: everything of `airlock-codemode/portable`, and for the sandbox Worker the Durable
+ * Object that runs the VMs of `RemoteCodemodeSandbox` and the sandbox on the calling thread, with QuickJS compiled by
+ * Wrangler. The agent's Worker imports `airlock-codemode/portable`, which bundles no QuickJS.
  */
 import { DurableObject } from "cloudflare:workers";
 import { DEFAULT_INTERRUPT_BUDGET, INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
 // QuickJS as the build rewrote it (catchable out-of-memory errors, tracked writes): a compiled module on Workers,
 // which refuse to compile wasm at run time.
 import quickjs from "../engine/quickjs-tracked.wasm";
-import { type RemoteExchange, RemoteVmSide } from "../engine/remote.ts";
+import { type CodemodeRemoteRequest, type RemoteExchange, RemoteVmSide } from "../engine/remote.ts";
 import { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "../sandbox/inline.ts";
+import { DEFAULT_REMOTE_MEMORY_LIMIT_BYTES } from "../sandbox/remote.ts";
 
-/** Default memory limit of one VM in the object: all VMs of an isolate share its 128 MB. */
-export const DEFAULT_REMOTE_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024;
+export * from "../portable.ts";
+
 /** VMs an object keeps for executions at once (more wait for one): three of the default limit fit in 128 MB. */
 export const DEFAULT_REMOTE_VMS = 3;
 
-/** The QuickJS module the bundler compiled. */
-export const quickjsModule: WebAssembly.Module = quickjs;
+/** The QuickJS module the bundler compiled (pi-codemode's name), for `serveCodemodeRemote` or `InlineCodemodeSandbox`. */
+export const cloudflareQuickJSWasm: WebAssembly.Module = quickjs;
 
 /**
  * The sandbox Worker's Durable Object: stateless (it never touches its storage), it runs each execution a
  * `RemoteCodemodeSandbox` sends it on a warm VM reset to its post-prelude image. It caps every request at its own
- * limits, whatever the client asks for; a subclass changes them.
+ * limits, whatever the client asks for; a subclass changes them, or overrides `execute` and calls
+ * `super.execute(request, exchange)`, as with pi-codemode's object.
  */
 export class CodemodeSandboxDurableObject<Env = unknown> extends DurableObject<Env> {
   /** The most memory one execution's VM may use. */
@@ -36,14 +38,17 @@ export class CodemodeSandboxDurableObject<Env = unknown> extends DurableObject<E
    */
   private vmSide: RemoteVmSide | undefined;
 
-  /** The RPC a `RemoteCodemodeSandbox` makes once per execution (see host/remote.ts). */
-  serve(exchange: RemoteExchange): Promise<void> {
+  /**
+   * The RPC a `RemoteCodemodeSandbox` makes once per execution (see host/remote.ts); it resolves when the client ends
+   * the session, and rejects a request that is not `RemoteCodemodeSandbox`'s (pi-codemode's client's among them).
+   */
+  execute(request: CodemodeRemoteRequest, exchange: RemoteExchange): Promise<void> {
     this.vmSide ??= new RemoteVmSide({
       module: quickjs,
       maxStackSize: INLINE_MAX_STACK_SIZE,
       maxVms: DEFAULT_REMOTE_VMS,
     });
-    return this.vmSide.serve(exchange, {
+    return this.vmSide.serve(request, exchange, {
       maxMemoryLimitBytes: this.maxMemoryLimitBytes,
       maxInterruptBudget: this.maxInterruptBudget,
     });

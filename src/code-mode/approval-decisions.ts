@@ -54,19 +54,30 @@ export async function decide(
   const human = await verifyApprover(verifyHuman, credential, scope.projectId as string);
   const sh = scopeHash(copied.json.value as Scope);
   let expired = false;
-  await setState(store, sh, journalId(executionId), (journal, now) => {
-    if (journal.status !== "waiting" || journal.pending === null || journal.pending.digest !== digest) {
-      throw new AirlockError("CONFLICT", "the digest is not the pending approval of that execution");
-    }
-    if (journal.pending.expiresAt <= now) {
-      journal.status = "expired";
-      expired = true;
+  await setState(
+    store,
+    sh,
+    journalId(executionId),
+    (journal, now) => {
+      if (journal.status !== "waiting" || journal.pending === null || journal.pending.digest !== digest) {
+        throw new AirlockError("CONFLICT", "the digest is not the pending approval of that execution");
+      }
+      if (journal.pending.expiresAt <= now) {
+        journal.status = "expired";
+        expired = true;
+        return true;
+      }
+      journal.status = verdict;
+      journal.pending = { ...journal.pending, decision: verdict, humanId: human.id };
       return true;
-    }
-    journal.status = verdict;
-    journal.pending = { ...journal.pending, decision: verdict, humanId: human.id };
-    return true;
-  });
+    },
+    // Beside the state, an event of the journal's own: the resume sends the call only if both say the same, and
+    // each decision of an execution that pauses more than once stays in its history.
+    (journal) =>
+      expired || journal.pending === null
+        ? []
+        : [{ type: "call.decided", data: { n: journal.pending.n, digest, decision: verdict, humanId: human.id } }],
+  );
   if (expired) throw new AirlockError("CONFLICT", "the approval request expired");
   return { status: verdict };
 }

@@ -34,7 +34,7 @@ import {
   journalId,
   scopeHash,
 } from "./call-journal.ts";
-import { claim, startReplay } from "./journal-owner.ts";
+import { claim, release, startReplay, type TakenFrom } from "./journal-owner.ts";
 import { SNAPSHOT_MIN_CALLS } from "./journal-snapshots.ts";
 import { CODE_PROGRAM_LIMIT_RANGES } from "./program.ts";
 
@@ -115,12 +115,15 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         "single-call approvals need an adapter that runs programs deterministically",
       );
     }
+    const sh = scopeHash(context.scope);
+    const id = journalId(context.executionId);
+    /** The journal as this attempt took it: given back so if the attempt stops before its program runs. */
+    let held: { owner: string; taken: TakenFrom } | undefined;
     try {
       const claimed = await claim(store, program, context, input, !resume);
       if (!("owner" in claimed)) return claimed;
-      const state = resume
-        ? await startReplay(store, scopeHash(context.scope), journalId(context.executionId), claimed.owner)
-        : claimed.state;
+      held = { owner: claimed.owner, taken: claimed.taken };
+      const state = resume ? await startReplay(store, sh, id, claimed.owner) : claimed.state;
       return await runAttempt(
         { store, ttlMs, snapshotMinCalls },
         program,
@@ -131,6 +134,7 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
         adapter,
       );
     } catch (error) {
+      if (held !== undefined) await release(store, sh, id, held.owner, held.taken).catch(() => {});
       return fromError(error);
     }
   };

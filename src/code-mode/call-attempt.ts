@@ -12,7 +12,7 @@
  * it rather than running the program from its start, and its calls go through the same journal: those still open at
  * the capture come again first (each checked against its entry and answered from it, or dispatched), then new ones.
  */
-import { domainDigest, type JsonValue } from "../json/index.ts";
+import type { JsonValue } from "../json/index.ts";
 import { changesNothing, type Scope } from "../tools/define.ts";
 import { AirlockError, type ErrorCode, statusOf } from "../tools/errors.ts";
 import { parseWithSchema } from "../tools/validate.ts";
@@ -27,6 +27,8 @@ import {
 } from "./adapter.ts";
 import {
   type ApprovalJournalStore,
+  type ApprovedCall,
+  approvalDigest,
   approvalOf,
   argsOf,
   type CallApproval,
@@ -65,8 +67,15 @@ export interface WaitingOutcome {
   readonly evidence: readonly ExecutionEvidence[];
 }
 
-/** Why an attempt stopped before the program ended. */
-type Halt = { kind: "paused"; pending: Pending } | { kind: "diverged" } | { kind: "lost"; error: unknown };
+/**
+ * Why an attempt stopped before the program ended: a call that needs a person, a call other than the journal's at its
+ * number, a decision that is not on the call the program makes, a journal that could not be written.
+ */
+type Halt =
+  | { kind: "paused"; pending: Pending }
+  | { kind: "diverged" }
+  | { kind: "tampered" }
+  | { kind: "lost"; error: unknown };
 
 const never = <T>() => new Promise<T>(() => {});
 
@@ -129,7 +138,7 @@ export async function runAttempt(
       ({ snapshot, journal: summary } = await readSnapshot(store, sh, state.executionId, kept));
     } catch (error) {
       if ((error as { code?: unknown }).code !== "INTEGRITY_VIOLATION") throw error;
-      await finish("failed");
+      await finish("failed", { error: { code: "INTEGRITY_VIOLATION", message: (error as Error).message } });
       throw error;
     }
   }
@@ -151,6 +160,33 @@ export async function runAttempt(
     }
   };
   advance();
+  /** What an approval of call `n` binds (the run's ids are the journal's, which `claim` checked against the caller's). */
+  const approved = (n: number, tool: JournaledTool, inputDigest: string, expiresAt: number): ApprovedCall => ({
+    scope: sh,
+    runId: state.runId,
+    executionId: state.executionId,
+    programDigest: program.digest,
+    n,
+    tool: tool.id,
+    version: tool.version,
+    inputDigest,
+    expiresAt,
+  });
+  /**
+   * Whether the decision the journal holds is a person's decision on exactly the call the program makes now: the
+   * approval's digest computed again from this call (the program's tool, version and these arguments) is the one the
+   * person decided on, and the decision the state holds is the one recorded with it (`call.decided`). A store whose
+   * rows were changed after the decision fails here, before anything is sent.
+   */
+  const decidedAsIs = (pending: Pending, entry: Entry, tool: JournaledTool | undefined, argsDigest: string) =>
+    tool !== undefined &&
+    pending.decision !== null &&
+    pending.toolId === tool.id &&
+    pending.version === tool.version &&
+    pending.inputDigest === argsDigest &&
+    pending.digest === approvalDigest(approved(pending.n, tool, argsDigest, pending.expiresAt)) &&
+    entry.decided?.digest === pending.digest &&
+    entry.decided.decision === pending.decision;
   /** Set when the sandbox could not restore the snapshot: the whole journal, read before the run's first call. */
   let wholeJournal: Promise<void> | undefined;
   // Without a snapshot, the journaled calls settled from the first on are answered ahead, with the run; each is still
@@ -187,13 +223,18 @@ export async function runAttempt(
         const captureSettled = new Promise<void>((resolve) => {
           captureDone = resolve;
         });
-        /** Stops the run; a pause that keeps a snapshot stops it once the snapshot was taken (or refused). */
+        /**
+         * Stops the run; the first reason is the attempt's. A pause that keeps a snapshot stops it once the snapshot
+         * was taken (or refused), and a later pause (another call that needs approval, asked in the same turn) leaves
+         * that to it.
+         */
         const halt = (reason: Halt, keep = false) => {
+          const first = halted === null;
           halted ??= reason;
-          if (keep && halted === reason) {
+          if (first && keep) {
             capture.abort();
             void captureSettled.then(() => stop.abort());
-          } else stop.abort();
+          } else if (first || reason.kind !== "paused") stop.abort();
         };
         // Journal writes and dispatches under way: an attempt ends only once they are settled and recorded.
         const track = <T>(work: Promise<T>): Promise<T> => {
@@ -261,9 +302,10 @@ export async function runAttempt(
               if (entry.state === "settled" && entry.result !== null) {
                 return { result: entry.result, seq: entry.seq, now: entry.now };
               }
-              if (entry.state === "awaiting") {
-                if (pendingCall === null || pendingCall.n !== n || pendingCall.decision === null) {
-                  halt({ kind: "diverged" });
+              if (entry.state === "awaiting" && pendingCall?.n === n) {
+                // The call a person decided on: sent (or refused) only if it is exactly the call they decided on.
+                if (!decidedAsIs(pendingCall, entry, tool, argsDigest)) {
+                  halt({ kind: "tampered" });
                   return never();
                 }
                 if (pendingCall.decision === "rejected") {
@@ -272,20 +314,25 @@ export async function runAttempt(
                 // Journaled as dispatched again, so that a crash from here on leaves it unknown, never repeated.
                 return dispatch(n, toolId, input, argsDigest, false);
               }
-              // Journaled as dispatched and never marked: the process died in between.
-              if (tool !== undefined && changesNothing(tool.effects))
-                return dispatch(n, toolId, input, argsDigest, true);
-              replayedUnknown++;
-              return settle(
-                n,
-                Object.freeze({
-                  status: "outcome_unknown" as const,
-                  error: Object.freeze({
-                    code: "OUTCOME_UNKNOWN" as const,
-                    message: "the outcome of the tool call is unknown",
+              if (entry.state === "dispatching") {
+                // Journaled as dispatched and never marked: the process died in between.
+                if (tool !== undefined && changesNothing(tool.effects))
+                  return dispatch(n, toolId, input, argsDigest, true);
+                replayedUnknown++;
+                return settle(
+                  n,
+                  Object.freeze({
+                    status: "outcome_unknown" as const,
+                    error: Object.freeze({
+                      code: "OUTCOME_UNKNOWN" as const,
+                      message: "the outcome of the tool call is unknown",
+                    }),
                   }),
-                }),
-              );
+                );
+              }
+              // Awaiting, but not the call the journal waited on: asked beside it (a `Promise.all` over several calls
+              // that need approval) and decided by nobody, so nothing acted on it. It goes on as a new call: asked
+              // now, in a pause of its own.
             }
             if (tool !== undefined && (await needsApproval(tool, input))) {
               const inputDigest = argsDigest;
@@ -293,17 +340,7 @@ export async function runAttempt(
               const awaiting = await track(
                 append(store, sh, id, owner, "call.awaiting", (now) => {
                   const expiresAt = now + ttlMs;
-                  const digest = domainDigest("airlock:call-approval:v1", {
-                    scope: sh,
-                    runId: state.runId,
-                    executionId: state.executionId,
-                    programDigest: program.digest,
-                    n,
-                    tool: tool.id,
-                    version: tool.version,
-                    inputDigest,
-                    expiresAt,
-                  });
+                  const digest = approvalDigest(approved(n, tool, inputDigest, expiresAt));
                   return { n, toolId, argsDigest, digest, expiresAt };
                 }),
               );
@@ -392,14 +429,12 @@ export async function runAttempt(
     const previous = state.snapshot;
     if (previous !== undefined && previous !== null) await dropSnapshot(store, sh, previous).catch(() => {});
   };
-  const integrity = (): AttemptOutcome => {
-    const code = "INTEGRITY_VIOLATION";
-    return {
-      status: statusOf(code) as "failed",
-      error: { code, message: "the program did not replay its journal: another call at a journaled number" },
-      usage: outcome.usage,
-      evidence: outcome.evidence,
-    };
+  /** The execution fails with INTEGRITY_VIOLATION, and its journal says why. */
+  const integrity = async (message: string): Promise<AttemptOutcome> => {
+    const error = { code: "INTEGRITY_VIOLATION" as const, message };
+    await finish("failed", { snapshot: null, error });
+    await dropKept();
+    return { status: statusOf(error.code) as "failed", error, usage: outcome.usage, evidence: outcome.evidence };
   };
   if (halted?.kind === "lost") {
     const code: ErrorCode =
@@ -411,10 +446,13 @@ export async function runAttempt(
       evidence: outcome.evidence,
     };
   }
+  if (halted?.kind === "tampered") {
+    return integrity(
+      "the call a person decided on is not the call the program makes now (the journal changed since the decision); it was not sent",
+    );
+  }
   if (halted?.kind === "diverged" || (halted === null && unfinished)) {
-    await finish("failed", { snapshot: null });
-    await dropKept();
-    return integrity();
+    return integrity("the program did not replay its journal: another call at a journaled number");
   }
   if (halted?.kind === "paused") {
     const pending = halted.pending;
@@ -458,7 +496,12 @@ export async function runAttempt(
           evidence: outcome.evidence,
         }
       : outcome;
-  await finish(final.status, { pending: null, fingerprint, snapshot: null });
+  await finish(final.status, {
+    pending: null,
+    fingerprint,
+    snapshot: null,
+    error: final.status === "succeeded" ? null : { code: final.error.code, message: final.error.message },
+  });
   await dropKept();
   return final;
 }

@@ -2,12 +2,13 @@
  * The call journal of an execution with single-call approvals, as the store keeps it: one record (its state: who owns
  * the execution, its status, seed and clock, the call it waits on) and an append-only list of events, one or two per
  * call the program made (`call.dispatching` or `call.awaiting` before it is acted on, `call.settled` with its result
- * after). Here: what the store must offer, the record's format and its check, the fold of the events into one entry
- * per call, and the view callers read before a resume.
+ * after), and `call.decided` for a person's decision on an awaited call. Here: what the store must offer, the record's
+ * format and its check, the digest an approval binds, the fold of the events into one entry per call, and the view
+ * callers read before a resume. A row that does not have the format is STORAGE_UNAVAILABLE, before anything runs.
  */
 import { domainDigest, domainDigestOfCopy, type JsonObject, type JsonValue, tryCopyJson } from "../json/index.ts";
 import type { AnyTool, Scope } from "../tools/define.ts";
-import { AirlockError } from "../tools/errors.ts";
+import { AirlockError, type ErrorCode, isErrorCode, statusOf } from "../tools/errors.ts";
 import type { ToolCallResult } from "./adapter.ts";
 import type { CodeProgramLimits } from "./program.ts";
 
@@ -102,6 +103,8 @@ export type JournalStatus =
   | "cancelled"
   | "outcome_unknown";
 
+export type Decision = "approved" | "rejected";
+
 export interface Pending {
   n: number;
   toolId: string;
@@ -110,10 +113,26 @@ export interface Pending {
   digest: string;
   expiresAt: number;
   /** Set by approve or reject; kept until the awaited call was answered, also across a takeover. */
-  decision: "approved" | "rejected" | null;
+  decision: Decision | null;
   humanId: string | null;
   /** The call's exact arguments (absent when they are not JSON within `maxToolInputBytes`). */
   input?: JsonValue;
+}
+
+function isPending(value: unknown): value is Pending {
+  const pending = value as Pending;
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    isCount(pending.n) &&
+    typeof pending.toolId === "string" &&
+    typeof pending.version === "string" &&
+    typeof pending.inputDigest === "string" &&
+    typeof pending.digest === "string" &&
+    Number.isFinite(pending.expiresAt) &&
+    (pending.decision === null || pending.decision === "approved" || pending.decision === "rejected") &&
+    (pending.humanId === null || typeof pending.humanId === "string")
+  );
 }
 
 export interface JournalState {
@@ -136,6 +155,8 @@ export interface JournalState {
   pending: Pending | null;
   /** The snapshot of the program where it paused last (journal-snapshots.ts), if one was kept. */
   snapshot?: SnapshotRef | null;
+  /** How the execution failed, once it did: what `airlock runs show` and other readers of the journal see. */
+  error?: { code: ErrorCode; message: string } | null;
 }
 
 /** What the journal's state keeps of a snapshot: where it is, the paused call it was taken at, its digest. */
@@ -165,6 +186,8 @@ export interface Entry {
   seq: number;
   now: number;
   result: ToolCallResult | null;
+  /** A person's decision on the call while it awaited one (`call.decided`): the approval's digest and the verdict. */
+  decided?: { digest: string; decision: Decision };
 }
 
 export const isCount = (value: unknown): value is number =>
@@ -173,6 +196,23 @@ export const isCount = (value: unknown): value is number =>
 /** The store's key of a scope: journals are kept under it, so another scope finds nothing. */
 export const scopeHash = (scope: Scope) => domainDigest("airlock:scope:v1", scope);
 export const journalId = (executionId: string) => domainDigest("airlock:call-journal:v1", { executionId });
+
+/** What an approval binds: the program and its run, the call's number, tool, version and exact input, the expiry. */
+export interface ApprovedCall {
+  /** The journal's scope, as `scopeHash` gives it. */
+  scope: string;
+  runId: string;
+  executionId: string;
+  programDigest: string;
+  n: number;
+  tool: string;
+  version: string;
+  inputDigest: string;
+  expiresAt: number;
+}
+
+/** The digest a person approves: the host computes it again from the call it is about to send, and compares. */
+export const approvalDigest = (call: ApprovedCall) => domainDigest("airlock:call-approval:v1", call);
 
 /** A call's arguments: their digest, and their JSON copy when they have one within `maxBytes`. */
 export function argsOf(input: unknown, maxBytes: number): { digest: string; json: JsonValue | undefined } {
@@ -196,6 +236,7 @@ export function checkJournal(record: JournalRecord): JournalState {
     !isCount(state.seed) ||
     !isCount(state.attempts) ||
     typeof state.status !== "string" ||
+    (state.pending !== null && !isPending(state.pending)) ||
     (state.snapshot !== undefined && state.snapshot !== null && !isSnapshotRef(state.snapshot))
   ) {
     throw new AirlockError("STORAGE_UNAVAILABLE", "a stored call journal does not check out");
@@ -219,38 +260,63 @@ export async function readEvents(
   }
 }
 
+/** A result as a call ends with it (calls.ts and the gateway write them so): what a journaled answer must be. */
+export function isCallResult(value: unknown): value is ToolCallResult {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const { status, output, error } = value as { status?: unknown; output?: unknown; error?: unknown };
+  const keys = Object.keys(value).length;
+  if (status === "succeeded") return output !== undefined && keys === 2;
+  if (typeof error !== "object" || error === null || keys !== 2) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  return (
+    isErrorCode(code) && statusOf(code) === status && typeof message === "string" && Object.keys(error).length === 2
+  );
+}
+
+const notChecked = () => new AirlockError("STORAGE_UNAVAILABLE", "a stored call journal does not check out");
+
 /**
  * The journal's events as one entry per call number: the last word on each call wins. `from`: the entries the events
- * before these came to (a snapshot's summary of the journal, journal-snapshots.ts), which they go on from.
+ * before these came to (a snapshot's summary of the journal, journal-snapshots.ts), which they go on from. An event
+ * that does not have its format, or marks a call the journal never wrote, is STORAGE_UNAVAILABLE.
  */
 export function foldEntries(events: readonly JournalEvent[], from?: ReadonlyMap<number, Entry>): Map<number, Entry> {
   const entries = new Map<number, Entry>(from);
   for (const event of events) {
     const data = event.data as Record<string, unknown>;
     const n = data.n;
-    if (!isCount(n)) continue;
+    if (!event.type.startsWith("call.")) continue;
+    if (!isCount(n)) throw notChecked();
     if (event.type === "call.dispatching" || event.type === "call.awaiting") {
+      if (typeof data.toolId !== "string" || typeof data.argsDigest !== "string") throw notChecked();
       entries.set(n, {
-        toolId: String(data.toolId),
-        argsDigest: String(data.argsDigest),
+        toolId: data.toolId,
+        argsDigest: data.argsDigest,
         state: event.type === "call.dispatching" ? "dispatching" : "awaiting",
         seq: 0,
         now: 0,
         result: null,
       });
-    } else if (event.type === "call.settled") {
-      const entry = entries.get(n);
-      if (entry === undefined || !isCount(data.seq) || typeof data.now !== "number") {
-        throw new AirlockError("STORAGE_UNAVAILABLE", "a call journal marks a call it never wrote");
-      }
-      entries.set(n, {
-        ...entry,
-        state: "settled",
-        seq: data.seq,
-        now: data.now,
-        result: data.result as ToolCallResult,
-      });
+      continue;
     }
+    const entry = entries.get(n);
+    if (entry === undefined) {
+      throw new AirlockError("STORAGE_UNAVAILABLE", "a call journal marks a call it never wrote");
+    }
+    if (event.type === "call.settled") {
+      if (!isCount(data.seq) || typeof data.now !== "number" || !isCallResult(data.result)) throw notChecked();
+      const { toolId, argsDigest } = entry;
+      entries.set(n, { toolId, argsDigest, state: "settled", seq: data.seq, now: data.now, result: data.result });
+    } else if (event.type === "call.decided") {
+      const { digest, decision } = data;
+      if (
+        entry.state !== "awaiting" ||
+        typeof digest !== "string" ||
+        (decision !== "approved" && decision !== "rejected")
+      )
+        throw notChecked();
+      entries.set(n, { ...entry, decided: { digest, decision } });
+    } else throw notChecked();
   }
   return entries;
 }
@@ -296,7 +362,7 @@ export async function readCallJournal(
     status: state.status,
     ...(state.kept === undefined ? {} : { kept: state.kept }),
     pending:
-      pending === null || typeof pending !== "object"
+      pending === null
         ? null
         : Object.freeze({
             ...approvalOf(state.executionId, pending),

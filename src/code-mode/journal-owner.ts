@@ -52,12 +52,17 @@ export async function append(
   return written;
 }
 
-/** Changes the journal's state with `edit` (which returns false to change nothing), and gives back the state. */
+/**
+ * Changes the journal's state with `edit` (which returns false to change nothing), and gives back the state. The
+ * change is recorded as a `journal.status` event (with the failure's code once it failed), after `events` of the edit's
+ * own, if it gives any.
+ */
 export async function setState(
   store: ApprovalJournalStore,
   scope: string,
   id: string,
   edit: (state: JournalState, now: number) => boolean,
+  events: (state: JournalState) => readonly { type: string; data: JsonObject }[] = () => [],
 ): Promise<JournalState> {
   let current: JournalState | undefined;
   const result = await store.mutate(scope, id, (record, now) => {
@@ -67,9 +72,16 @@ export async function setState(
       return null;
     }
     current = state;
+    const code = state.error?.code;
     return {
       state: state as unknown as JsonObject,
-      events: [{ type: "journal.status", data: { status: state.status } }],
+      events: [
+        ...events(state),
+        {
+          type: "journal.status",
+          data: code === undefined ? { status: state.status } : { status: state.status, code },
+        },
+      ],
     };
   });
   if (result === undefined) throw new AirlockError("NOT_FOUND", "no paused execution of that id in this scope");
@@ -87,7 +99,7 @@ export async function claim(
   context: { runId: string; executionId: string; scope: Scope },
   input: JournalInput,
   create: boolean,
-): Promise<{ state: JournalState; owner: string } | WaitingOutcome | AttemptOutcome> {
+): Promise<{ state: JournalState; owner: string; taken: TakenFrom } | WaitingOutcome | AttemptOutcome> {
   const sh = scopeHash(context.scope);
   const id = journalId(context.executionId);
   const owner = randomUUID();
@@ -135,12 +147,15 @@ export async function claim(
       return { state: { ...record.state, leaseUntil: state.leaseUntil }, events: [] };
     });
     if (held === undefined) throw new AirlockError("STORAGE_UNAVAILABLE", "the call journal is gone");
-    return { state, owner };
+    // Given back, a new journal may be taken over at once.
+    return { state, owner, taken: { status: "running", leaseUntil: 0, attempts: 1 } };
   }
   let waiting: WaitingOutcome | AttemptOutcome | undefined;
+  let taken: TakenFrom | undefined;
   const state = await setState(store, sh, id, (journal, now) => {
     if (
       journal.runId !== context.runId ||
+      journal.executionId !== context.executionId ||
       journal.programDigest !== program.digest ||
       journal.inputDigest !== inputDigest
     ) {
@@ -167,6 +182,7 @@ export async function claim(
       throw new AirlockError("CONFLICT", `the execution is ${journal.status} and cannot be resumed`);
     }
     // `approved` and `rejected` keep their word for the replay; only the owner and the lease change.
+    taken = { status: journal.status, leaseUntil: journal.leaseUntil, attempts: journal.attempts };
     journal.owner = owner;
     journal.leaseUntil = now + holdMs;
     journal.attempts += 1;
@@ -181,14 +197,35 @@ export async function claim(
       evidence: [],
     };
   }
-  return { state, owner };
+  return { state, owner, taken: taken as TakenFrom };
 }
+
+/** What `claim` changed of a journal it took, so that `release` can give it back as it was. */
+export type TakenFrom = Pick<JournalState, "status" | "leaseUntil" | "attempts">;
 
 /** Moves an approved or rejected journal to running for its replay, keeping the decision for the awaited call. */
 export function startReplay(store: ApprovalJournalStore, sh: string, id: string, owner: string): Promise<JournalState> {
   return setState(store, sh, id, (journal) => {
     if (journal.owner !== owner) throw new AirlockError("CONFLICT", "another process took this execution over");
     journal.status = "running";
+    return true;
+  });
+}
+
+/**
+ * Gives a journal back as `claim` found it, when the attempt stopped before its program ran: a row that does not check
+ * out then leaves the execution as it was (its history says it was tried), to resume once the store is mended.
+ */
+export async function release(
+  store: ApprovalJournalStore,
+  sh: string,
+  id: string,
+  owner: string,
+  taken: TakenFrom,
+): Promise<void> {
+  await setState(store, sh, id, (journal) => {
+    if (journal.owner !== owner) return false;
+    Object.assign(journal, taken, { owner: null });
     return true;
   });
 }

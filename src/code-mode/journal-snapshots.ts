@@ -11,13 +11,14 @@ import { sha256Hex } from "../engine/platform.ts";
 import { domainDigest, type JsonObject } from "../json/index.ts";
 import { AirlockError } from "../tools/errors.ts";
 import type { SandboxSnapshot } from "./adapter.ts";
-import { type ApprovalJournalStore, type Entry, isCount, type SnapshotRef } from "./call-journal.ts";
+import { type ApprovalJournalStore, type Entry, isCallResult, isCount, type SnapshotRef } from "./call-journal.ts";
 
 /**
  * Calls before the paused one from which a paused program is captured, so that its resume restores the snapshot
- * rather than replaying them all. Chosen from `npm run bench:snapshot` (docs/design/2026-12-04-snapshot-or-replay.md): through the code mode a
- * resume from a snapshot took 20-30 ms whatever the journal's length, a replay 6-8 ms and 0.03 ms a call, so they met
- * at 500-1,000 calls; taking the snapshot adds about 30 ms to the pause, which only longer journals win back.
+ * rather than replaying them all. Chosen from `npm run bench:snapshot` (docs/design/2026-12-04-snapshot-or-replay.md):
+ * through the code mode a resume from a snapshot took 20-30 ms whatever the journal's length, a replay 6-8 ms and
+ * 0.03 ms a call, so they met at 500-1,000 calls; taking the snapshot adds about 30 ms to the pause, which only longer
+ * journals win back.
  */
 export const SNAPSHOT_MIN_CALLS = 1_000;
 export const SNAPSHOT_KIND = "code-snapshot";
@@ -59,7 +60,8 @@ function isSummary(value: unknown): value is JournalSummary {
         ENTRY_STATES.includes(item[1].state) &&
         isCount(item[1].seq) &&
         typeof item[1].now === "number" &&
-        (item[1].result === null || typeof item[1].result === "object"),
+        (item[1].result === null || isCallResult(item[1].result)) &&
+        (item[1].decided === undefined || typeof item[1].decided?.digest === "string"),
     )
   );
 }

@@ -12,8 +12,8 @@ import { Decoder, Reader, readExports, sectionsOf, WasmOp, WasmRewriteError } fr
 /** Ticks between two interrupt polls of the rewritten engine (QuickJS-NG's own: 10,000). */
 export const INTERRUPT_POLL_TICKS = 1_000;
 
-/** QuickJS-NG's `JS_INTERRUPT_COUNTER_INIT`. */
-const QUICKJS_POLL_TICKS = 10_000;
+/** QuickJS-NG's `JS_INTERRUPT_COUNTER_INIT`: the ticks between two polls of a module not rewritten. */
+export const QUICKJS_POLL_TICKS = 10_000;
 
 /** One decoded instruction: its opcode, its first immediate (a local, a constant, a memory offset) and its bytes. */
 interface Instruction {

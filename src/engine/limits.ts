@@ -74,9 +74,19 @@ export function clipError(error: CodemodeError): CodemodeError {
 }
 
 /**
- * Default interrupt budget where clocks stand still while a script computes (Workers): about 2 s of a tight loop on a
- * laptop and about 10 s on Cloudflare (a poll every INTERRUPT_POLL_TICKS of QuickJS's ticks, interrupt-poll.ts).
+ * Default interrupt budget where clocks stand still while a script computes (Workers), pi-codemode's: about 2 s of a
+ * tight loop on a laptop and about 10 s on Cloudflare.
  */
-export const DEFAULT_INTERRUPT_BUDGET = 1_000_000;
+export const DEFAULT_INTERRUPT_BUDGET = 100_000;
+/**
+ * The interrupt budget counts polls in pi-codemode's unit, so that a budget means what it means there: one every
+ * 10,000 of QuickJS's ticks (QuickJS-NG's own rate, QUICKJS_POLL_TICKS in interrupt-poll.ts) and one every
+ * BUDGET_POLL_JOBS promise jobs. Airlock's engine polls ten times as often (INTERRUPT_POLL_TICKS) and between batches
+ * of JOBS_PER_INTERRUPT_CHECK jobs, and charges each of its polls the part of a budget poll it stands for, counted in
+ * BUDGET_SHARES-ths of one (a whole number for both kinds).
+ */
+export const BUDGET_SHARES = 500;
+/** Promise jobs a budget poll stands for (pi-codemode's engine polls between every 50 jobs). */
+export const BUDGET_POLL_JOBS = 50;
 /** The largest interrupt budget a sandbox accepts. */
 export const MAX_INTERRUPT_BUDGET = 1_000_000_000;

@@ -11,7 +11,7 @@ import { sha256Base64Url } from "./platform.ts";
 
 /** Name and version of the protocol; either side refuses a peer that announces another. */
 export const PROTOCOL_NAME = "airlock.quickjs";
-export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_VERSION = 6;
 
 export interface RunRequest {
   /** The host's id for this run on this VM side: a positive integer, increasing. */
@@ -33,8 +33,9 @@ export interface RunRequest {
   /** Time the guest may compute, tool waits excluded, or null for none. */
   cpuLimitMs: number | null;
   /**
-   * Interrupt polls the guest may compute through, or null for none: the limit where clocks stand still while a
-   * script computes (Workers), so that neither the deadline nor the CPU limit can stop it.
+   * Interrupt polls the guest may compute through, in pi-codemode's unit (BUDGET_SHARES in limits.ts), or null for
+   * none: the limit where clocks stand still while a script computes (Workers), so that neither the deadline nor the
+   * CPU limit can stop it.
    */
   interruptBudget: number | null;
   /** Tool and global calls the run may make; a call past it rejects in the script. */

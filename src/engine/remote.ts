@@ -1,9 +1,11 @@
 /**
  * The VM side of remote sandboxes (a Durable Object, or any isolate reached by RPC): the one serve loop (serve.ts),
  * kept warm across requests, with each request a session of its own. A session is one host peer's channel: the host
- * calls `serve` once per execution and hands it an `exchange` function, which the session calls with the messages it
- * has for that host and which answers with the host's next commands (it waits for some, or a while). Stops and
- * answers so reach a computing VM at its next exchange; a VM that never yields is ended by its interrupt budget.
+ * makes one RPC per execution, `execute(request, exchange)` (pi-codemode's name and arguments), whose `exchange`
+ * function the session calls with the messages it has for that host and which answers with the host's next commands
+ * (it waits for some, or a while); the request carries what pi's does besides the script: the interrupt budget.
+ * Stops and answers so reach a computing VM at its next exchange; a VM that never yields is ended by its interrupt
+ * budget.
  *
  * Every run's limits are capped by the VM side's own (its memory limit and interrupt budget), whatever the host asks
  * for. Sessions are strangers: each sees its own run ids, and nothing of one reaches another.
@@ -11,6 +13,7 @@
  * An exchange carries at most MAX_EXCHANGE_BYTES of messages (an RPC carries at most 32 MiB): more go in the next
  * exchanges, in order, and a call that alone would not fit is refused in the script (see rpc-bytes.ts).
  */
+import { MAX_INTERRUPT_BUDGET } from "./limits.ts";
 import {
   type HostCommand,
   PROTOCOL_NAME,
@@ -26,7 +29,21 @@ import { serveVm, type VmServer } from "./serve.ts";
  * The host's side of a session: takes the session's messages (in order) and resolves to its next commands, or to
  * null when the host has closed the session. Over Workers RPC it is a function of the caller's, called back.
  */
-export type RemoteExchange = (messages: VmMessage[]) => Promise<unknown[] | null>;
+export type RemoteExchange = (messages: CodemodeRemoteMessage[]) => Promise<CodemodeRemoteReply>;
+
+/** pi-codemode's names for the exchange and what crosses it (the messages are Airlock's protocol, protocol.ts). */
+export type CodemodeRemoteExchange = RemoteExchange;
+export type CodemodeRemoteMessage = VmMessage;
+export type CodemodeRemoteReply = unknown[] | null;
+
+/**
+ * The first argument of the RPC: what the session asks for before its first run. The script and the rest of the run's
+ * options travel in the exchange (the run command), which pi-codemode's request carries as `data`.
+ */
+export interface CodemodeRemoteRequest {
+  /** Interrupt budget the host asks for (pi-codemode's unit, see BUDGET_SHARES); the VM side may only lower it. */
+  interruptBudget?: number;
+}
 
 /** Commands one exchange may answer with; more is a broken host. */
 export const MAX_COMMANDS_PER_EXCHANGE = 100_000;
@@ -106,9 +123,14 @@ export class RemoteVmSide {
   /**
    * Serves one host until it closes the session; the runs it leaves open are stopped. One exchange always waits at
    * the host for its commands; messages that come meanwhile (a run that waited for a VM starts) go in another, and
-   * the host then answers the waiting one at once.
+   * the host then answers the waiting one at once. A request that is not a `CodemodeRemoteRequest` is refused (the
+   * promise rejects) before anything is sent.
    */
-  async serve(exchange: RemoteExchange, limits: RemoteLimits): Promise<void> {
+  async serve(request: unknown, exchange: RemoteExchange, limits: RemoteLimits): Promise<void> {
+    const asked = checkRemoteRequest(request);
+    if (typeof exchange !== "function") throw new TypeError("exchange must be a function");
+    const capped: RemoteLimits =
+      asked === undefined ? limits : { ...limits, maxInterruptBudget: Math.min(asked, limits.maxInterruptBudget) };
     await this.announced;
     const announcement = this.announcement as VmMessage;
     if (announcement.type !== "ready") {
@@ -141,7 +163,7 @@ export class RemoteVmSide {
               if (!Array.isArray(commands) || commands.length > MAX_COMMANDS_PER_EXCHANGE) {
                 throw new ProtocolError("the host answered an exchange with something other than a list of commands");
               }
-              for (const raw of commands) this.receive(session, parseHostCommand(raw), limits);
+              for (const raw of commands) this.receive(session, parseHostCommand(raw), capped);
             } catch (error) {
               end(error);
               return;
@@ -206,6 +228,33 @@ export class RemoteVmSide {
   close(): void {
     this.server.close();
   }
+}
+
+/**
+ * The interrupt budget a session's request asks for, if any; throws a TypeError naming what is wrong with any other
+ * request, and one that says so for a request of pi-codemode's own client, whose protocol differs.
+ */
+export function checkRemoteRequest(request: unknown): number | undefined {
+  if (request === null || typeof request !== "object" || Array.isArray(request)) {
+    throw new TypeError("the request of a remote sandbox session must be an object, { interruptBudget? }");
+  }
+  if ("data" in request) {
+    throw new TypeError(
+      "the request comes from pi-codemode's RemoteCodemodeSandbox, whose protocol Airlock's VM side does not speak: use RemoteCodemodeSandbox from airlock-codemode/portable",
+    );
+  }
+  const unknown = Object.keys(request).find((key) => key !== "interruptBudget");
+  if (unknown !== undefined) {
+    throw new TypeError(
+      `the request of a remote sandbox session has no field "${unknown.slice(0, 64)}" (it takes interruptBudget)`,
+    );
+  }
+  const budget = (request as CodemodeRemoteRequest).interruptBudget;
+  if (budget === undefined) return undefined;
+  if (typeof budget !== "number" || !Number.isSafeInteger(budget) || budget < 1 || budget > MAX_INTERRUPT_BUDGET) {
+    throw new TypeError(`the request's interruptBudget must be an integer between 1 and ${MAX_INTERRUPT_BUDGET}`);
+  }
+  return budget;
 }
 
 /**

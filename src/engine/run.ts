@@ -4,7 +4,7 @@
  * enters the VM for a run's turns and decides, with `afterTurn`, what the run does next.
  */
 import type { CodemodeError } from "../types.ts";
-import { MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
+import { BUDGET_SHARES, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
 import { SCHEDULER_TICK_MS, threadCpuMs } from "./platform.ts";
 import { Op } from "./prelude.ts";
 import {
@@ -49,8 +49,8 @@ export class VmRun {
   fatal: { error: CodemodeError; reason: Exclude<RunEndReason, "returned"> } | undefined;
   result: { ok: boolean; payload: string | undefined; writes: string | undefined } | undefined;
   stopReason: StopReason | "cpu" | "budget" | undefined;
-  /** Interrupt polls so far (see RunRequest.interruptBudget). */
-  private polls = 0;
+  /** What the run's polls were charged of its interrupt budget so far, in BUDGET_SHARES-ths of a poll. */
+  private spentShares = 0;
   /** CPU time of the run's finished turns (see `turnCpuMs`). */
   cpuMs = 0;
   /** When the current turn began (wall clock), and its thread's CPU time then (NaN: not read, or no thread clock). */
@@ -272,19 +272,22 @@ export class VmRun {
   // ---- limits ----
 
   /**
-   * The run-level checks of the interrupt handler; `flag` is the host's shared stop flag, if any. A loop's tick
-   * (`tick`) is no poll of the interrupt budget, which counts QuickJS's own.
+   * The run-level checks of the interrupt handler; `flag` is the host's shared stop flag, if any, and `shares` what
+   * the poll is charged of the interrupt budget (none for a loop's tick, which is no poll of QuickJS's own).
    */
-  interruptRequested(flag: StopReason | undefined, tick = false): boolean {
+  interruptRequested(flag: StopReason | undefined, shares: number): boolean {
     if (this.stopReason !== undefined || this.result !== undefined || this.fatal !== undefined) return true;
     if (flag !== undefined) {
       this.stopReason = flag;
       return true;
     }
     const budget = this.request.interruptBudget;
-    if (!tick && budget !== null && ++this.polls > budget) {
-      this.stopReason = "budget";
-      return true;
+    if (budget !== null && shares > 0) {
+      this.spentShares += shares;
+      if (this.spentShares > budget * BUDGET_SHARES) {
+        this.stopReason = "budget";
+        return true;
+      }
     }
     const deadline = this.deadline;
     // Whole milliseconds on both sides: at `>=`, a run begun late in one millisecond stopped up to 1 ms before its

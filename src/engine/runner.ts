@@ -199,8 +199,8 @@ export class VmRunner {
     this.noteHandled(request.slot);
     vm.dirty = true;
     vm.setMemoryLimit(request.memoryLimitBytes);
-    vm.interrupt = () => this.shouldInterrupt(run);
-    vm.preempt = () => this.shouldInterrupt(run, true);
+    vm.interrupt = (shares) => this.shouldInterrupt(run, shares);
+    vm.preempt = () => this.shouldInterrupt(run, 0, true);
     vm.hostCallback = (args) => run.hostCall(args);
     vm.clock = run.clock;
     if (request.deterministic) {
@@ -352,8 +352,11 @@ export class VmRunner {
     while (!this.busy && this.deferred.length > 0) this.handle(this.deferred.shift() as HostCommand);
   }
 
-  /** QuickJS's interrupt poll, or (`tick`) a tick of a loop inside a built-in, where true pre-empts it. */
-  private shouldInterrupt(run: VmRun, tick = false): boolean {
+  /**
+   * QuickJS's interrupt poll (charged `shares` of the budget), or (`tick`) a tick of a loop inside a built-in, where
+   * true pre-empts it.
+   */
+  private shouldInterrupt(run: VmRun, shares: number, tick = false): boolean {
     // Only inside the run's own turn: a tick elsewhere (the host reading a value) must not break the VM.
     if (tick && (!this.busy || run.ended)) return false;
     const flags = this.options.stopFlags;
@@ -362,7 +365,7 @@ export class VmRunner {
       const code = Atomics.load(flags, run.request.slot);
       if (code !== StopCode.none) flag = code === StopCode.timeout ? "timeout" : "aborted";
     }
-    if (run.interruptRequested(flag, tick)) return true;
+    if (run.interruptRequested(flag, shares)) return true;
     const onLongTurn = this.options.onLongTurn;
     if (onLongTurn && !this.longTurnReported && performance.now() - run.enteredAt > LONG_TURN_MS) {
       this.longTurnReported = true;

@@ -11,7 +11,8 @@
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
 import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
 import { type ImageExports, InstanceMemory, type MemoryImage, type MemoryPages } from "./image.ts";
-import { IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
+import { INTERRUPT_POLL_TICKS, QUICKJS_POLL_TICKS } from "./interrupt-poll.ts";
+import { BUDGET_POLL_JOBS, BUDGET_SHARES, IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
 import { LOOP_TICK_EXPORT } from "./loop-ticks.ts";
 import { fillRandom, sha256Hex } from "./platform.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
@@ -100,8 +101,11 @@ export class GuestVm {
    */
   generation = 0;
   clock: VmClock = frozenClock;
-  /** Polled by QuickJS while the guest runs, and between batches of promise jobs. */
-  interrupt: () => boolean = () => false;
+  /**
+   * Polled by QuickJS while the guest runs, and between batches of promise jobs; `shares` is what the poll is charged
+   * of the interrupt budget (see BUDGET_SHARES).
+   */
+  interrupt: (shares: number) => boolean = () => false;
   /**
    * Asked at every tick of a loop of the engine's C code (loop-ticks.ts), inside a built-in that does not poll: true
    * pre-empts it, by throwing `Preempted` through the wasm (the VM is then broken and replaced). Only a run's turn
@@ -117,6 +121,11 @@ export class GuestVm {
   private exports!: Exports;
   /** Marks host writes as written, in a module instrumented by write-tracking.ts. */
   private readonly markWritten: ((address: number, length: number) => void) | undefined;
+  /**
+   * What one of QuickJS's polls is charged of the interrupt budget: a module rewritten by loop-ticks.ts polls every
+   * INTERRUPT_POLL_TICKS (interrupt-poll.ts always rewrites it too), any other at QuickJS-NG's own rate.
+   */
+  private readonly pollShares: number;
   /** The instance's memory, captured as images and reset to them. */
   private readonly memory: InstanceMemory;
   private readonly values: GuestValues;
@@ -127,6 +136,8 @@ export class GuestVm {
     instance: WebAssembly.Instance,
   ) {
     const raw = instance.exports as unknown as Exports;
+    const pollTicks = raw[LOOP_TICK_EXPORT] === undefined ? QUICKJS_POLL_TICKS : INTERRUPT_POLL_TICKS;
+    this.pollShares = (BUDGET_SHARES * pollTicks) / QUICKJS_POLL_TICKS;
     const mark = raw[MARK_EXPORT];
     this.markWritten = mark;
     // The host writes into the memory only through buffers it allocates (strings, argument vectors) and in the WASI
@@ -448,14 +459,16 @@ export class GuestVm {
     let count = 0;
     while (ex.qjs_is_job_pending()) {
       if (ex.qjs_execute_pending_job() < 0) (this.wrapper as unknown as WrapperInternals).throwPendingException();
-      if (++count % jobsPerCheck === 0 && this.interrupt()) throw new Interrupted();
+      if (++count % jobsPerCheck === 0 && this.interrupt((BUDGET_SHARES * jobsPerCheck) / BUDGET_POLL_JOBS)) {
+        throw new Interrupted();
+      }
     }
   }
 
   /** QuickJS's interrupt poll, or a loop's tick (see `preempt`). */
   private poll(): boolean {
     const tick = this.exports[LOOP_TICK_EXPORT];
-    if (tick === undefined || tick.value === 0) return this.interrupt();
+    if (tick === undefined || tick.value === 0) return this.interrupt(this.pollShares);
     if (this.broken || this.preempt()) {
       // Wherever the built-in stood, the VM's state is now unknown: it is never used again.
       this.broken = true;

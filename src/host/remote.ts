@@ -1,22 +1,23 @@
 /**
  * VMs in another isolate reached by RPC (a Cloudflare Durable Object): one more channel under the one host peer. The
- * caller picks the object for each execution (`remote()`), makes one RPC to it (`serve`), and hands it an `exchange`
- * function that the object calls back with its messages and that answers with the host's commands. Tools, call
- * records and the deadline stay here; only the VM is remote. A deadline or an abort ends the execution here at once
+ * caller picks the object for each execution (`remote()`), makes one RPC to it (`execute(request, exchange)`, as
+ * pi-codemode names it), and hands it an `exchange` function that the object calls back with its messages and that
+ * answers with the host's commands. Tools, call records and the deadline stay here; only the VM is remote. A deadline or an abort ends the execution here at once
  * (execution.ts), and the remote VM stops at its next exchange. An answer carries at most MAX_EXCHANGE_BYTES of
  * commands, the rest going with the next; a command that alone would not fit is refused (`send` throws a RangeError).
  */
 import { sandboxFailure, UNSEEDED, type VmEvent } from "../engine/protocol.ts";
-import { type RemoteExchange, takeExchange } from "../engine/remote.ts";
+import { type CodemodeRemoteRequest, type RemoteExchange, takeExchange } from "../engine/remote.ts";
 import { MAX_EXCHANGE_BYTES, rpcBytes } from "../engine/rpc-bytes.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import { type HostChannel, HostPeer } from "./peer.ts";
 import { REMOTE_STOP_GRACE_MS, tooLargeAnswer } from "./pool.ts";
 
-/** What the remote object offers: its RPC method (the Durable Object's `serve`). */
+/** What the remote object offers: its RPC method (the Durable Object's `execute`; pi-codemode's `CodemodeRemote`). */
 export interface RemoteSandboxStub {
-  serve(exchange: RemoteExchange): PromiseLike<unknown>;
+  execute(request: CodemodeRemoteRequest, exchange: RemoteExchange): PromiseLike<unknown>;
 }
+export type CodemodeRemote = RemoteSandboxStub;
 
 /** Longest an exchange waits for the host's next commands before it answers with none (the object then asks again). */
 export const REMOTE_POLL_MS = 1_000;
@@ -28,7 +29,7 @@ const MAX_MESSAGES_PER_EXCHANGE = 1_000_000;
 const MAX_FAILURE_CHARS = 300;
 
 /** Opens a session with one remote object: the RPC starts at once, and ends when the channel is killed. */
-export function openRemoteChannel(stub: RemoteSandboxStub): HostChannel {
+export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemoteRequest): HostChannel {
   let deliver: (message: unknown) => void = () => {};
   let closeHandler: (reason: string) => void = () => {};
   let brokenHandler: (reason: string) => void = () => {};
@@ -77,7 +78,7 @@ export function openRemoteChannel(stub: RemoteSandboxStub): HostChannel {
     if (closed) return;
     let served: PromiseLike<unknown>;
     try {
-      served = stub.serve(exchange);
+      served = stub.execute(request, exchange);
     } catch (error) {
       end(closeHandler, failure(error));
       return;
@@ -142,16 +143,19 @@ export class RemoteLauncher implements Launcher {
     try {
       if (this.closed) throw new Error("the sandbox is closed");
       stub = this.remote();
-      if (stub === null || typeof stub !== "object" || typeof stub.serve !== "function") {
+      if (stub === null || typeof stub !== "object" || typeof stub.execute !== "function") {
         throw new Error(
-          "remote() must return the stub of a CodemodeSandboxDurableObject (or another object with serve())",
+          "remote() must return the stub of a CodemodeSandboxDurableObject (or another object with execute(request, exchange))",
         );
       }
     } catch (error) {
       fail(`could not reach the remote sandbox: ${(error as Error).message ?? String(error)}`);
       return { settle: () => {}, stop: () => {}, capture: () => {} };
     }
-    const peer = new HostPeer(openRemoteChannel(stub), {
+    // The run's own budget goes with the run; the request carries it too, as pi-codemode's does, for the object to see.
+    const session: CodemodeRemoteRequest =
+      request.interruptBudget === null ? {} : { interruptBudget: request.interruptBudget };
+    const peer = new HostPeer(openRemoteChannel(stub, session), {
       bootTimeoutMs: REMOTE_BOOT_TIMEOUT_MS,
       stopGraceMs: REMOTE_STOP_GRACE_MS,
       capacity: 1,

@@ -128,6 +128,8 @@ export class WaitingRuns {
     // The session's stored values as the run first saw them: kept in its journal, so that a resume (from any
     // session or process) replays with the very same.
     let start: unknown = input.values;
+    /** The approval the run waited on before this resume: the same one again means nobody decided yet. */
+    let waitedOn: string | undefined;
 
     if (resume !== undefined) {
       let journal: CallJournalView | undefined;
@@ -153,6 +155,7 @@ export class WaitingRuns {
         };
       }
       start = journal.kept ?? {};
+      waitedOn = journal.pending?.digest;
     }
     const values = tryCopyJson(start, { maxBytes: MAX_JSON_BYTES });
     if (!values.ok) {
@@ -198,7 +201,10 @@ export class WaitingRuns {
       resume === undefined
         ? await this.approvals.execute(program, canonical, context, attempt, adapter)
         : await this.approvals.resume(program, canonical, context, attempt, adapter);
-    if (outcome.status === "waiting") return { answer: await this.waitingAnswer(outcome, id, tools, resume) };
+    if (outcome.status === "waiting") {
+      const still = resume !== undefined && outcome.approval.digest === waitedOn;
+      return { answer: await this.waitingAnswer(outcome, id, tools, still) };
+    }
     // The script ran to its own end, success or failure: formatted as any run is.
     if ((outcome.status === "succeeded" || outcome.error.code === "TOOL_FAILED") && ran !== undefined) {
       return { result: ran };
@@ -215,12 +221,15 @@ export class WaitingRuns {
     return { answer: refusal(outcome.error.code, outcome.error.message) };
   }
 
-  /** The answer of a run that waits: its id, the call, the expiry, and how a person decides. */
+  /**
+   * The answer of a run that waits: its id, the call, the expiry, and how a person decides. `still`: a resume found
+   * the same request undecided (a resume that reached another call waits anew).
+   */
   private async waitingAnswer(
     outcome: WaitingOutcome,
     id: string,
     tools: ReadonlyMap<string, CodemodeTool>,
-    resume: string | undefined,
+    still: boolean,
   ): Promise<McpToolResult> {
     const { approval } = outcome;
     const journal = await readCallJournal(this.options.store, this.scope, id).catch(() => undefined);
@@ -234,10 +243,9 @@ export class WaitingRuns {
     const reject = this.commandLine({ verdict: "reject", run: id, node, digest: approval.digest });
     const expiresAt = new Date(approval.expiresAt).toISOString();
     const named = server === undefined ? `tools.${approval.tool}` : `tool "${toolName}" of server "${server}"`;
-    const lead =
-      resume === undefined
-        ? `The run waits for a person's approval: its call ${n}, to ${named}, needs one, and this MCP client cannot be asked (no elicitation), so that call was not sent. The calls before it ran once; their results are kept.`
-        : `Still waiting: nobody has approved or rejected call ${n} of run ${id}, to ${named}, yet. Nothing more was sent.`;
+    const lead = still
+      ? `Still waiting: nobody has approved or rejected call ${n} of run ${id}, to ${named}, yet. Nothing more was sent.`
+      : `The run waits for a person's approval: its call ${n}, to ${named}, needs one, and this MCP client cannot be asked (no elicitation), so that call was not sent. The calls before it ran once; their results are kept.`;
     const text = [
       lead,
       "",

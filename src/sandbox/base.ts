@@ -594,12 +594,10 @@ function checkTimeout(value: unknown, name: string): number | undefined {
 }
 
 /** `interruptBudget`: a positive integer number of polls, at most MAX_INTERRUPT_BUDGET. */
-export function checkInterruptBudget(value: unknown): number | undefined {
+export function checkInterruptBudget(value: unknown, name = "interruptBudget"): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > MAX_INTERRUPT_BUDGET) {
-    throw new RangeError(
-      `interruptBudget must be an integer between 1 and ${MAX_INTERRUPT_BUDGET}, got ${shown(value)}`,
-    );
+    throw new RangeError(`${name} must be an integer between 1 and ${MAX_INTERRUPT_BUDGET}, got ${shown(value)}`);
   }
   return value;
 }
@@ -629,11 +627,11 @@ export function budgetOption(options: CodemodeSandboxBaseOptions): GuestMemoryBu
   return budgetFor(value);
 }
 
-function checkMemory(value: unknown): number | undefined {
+export function checkMemory(value: unknown, name = "memoryLimitBytes"): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < MIN_MEMORY_LIMIT_BYTES || value > 2 ** 32) {
     throw new RangeError(
-      `memoryLimitBytes must be an integer between ${MIN_MEMORY_LIMIT_BYTES} and ${2 ** 32}, got ${shown(value)}`,
+      `${name} must be an integer between ${MIN_MEMORY_LIMIT_BYTES} and ${2 ** 32}, got ${shown(value)}`,
     );
   }
   return value;

@@ -70,9 +70,15 @@ export function withModule<L extends Launcher>(
     }
     return make(defaultModule());
   }
+  checkWasm(wasm);
   if (wasm instanceof WebAssembly.Module) return make(wasm);
+  return new DeferredLauncher(Promise.resolve(wasm).then(make));
+}
+
+/** Throws unless `wasm` is a compiled module or a promise (of one, checked where it is awaited). */
+export function checkWasm(wasm: unknown): asserts wasm is WebAssembly.Module | Promise<WebAssembly.Module> {
+  if (wasm instanceof WebAssembly.Module) return;
   if (typeof (wasm as Promise<unknown>)?.then !== "function") {
     throw new TypeError("wasm must be a WebAssembly.Module or a promise of one, for example loadQuickJSWasm()");
   }
-  return new DeferredLauncher(Promise.resolve(wasm).then(make));
 }

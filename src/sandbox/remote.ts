@@ -1,14 +1,20 @@
 /**
  * The sandbox whose VMs run in another isolate, usually a Durable Object of a separately deployed Worker
  * (cloudflare/): tools, call records and the deadline stay with the caller, and each tool call travels back to it.
+ * `serveCodemodeRemote` is the other end, for a remote of your own.
  */
-import { DEFAULT_INTERRUPT_BUDGET } from "../engine/limits.ts";
+import { DEFAULT_INTERRUPT_BUDGET, INLINE_MAX_STACK_SIZE } from "../engine/limits.ts";
+import { type CodemodeRemoteRequest, checkRemoteRequest, type RemoteExchange, RemoteVmSide } from "../engine/remote.ts";
 import { RemoteLauncher, type RemoteSandboxStub } from "../host/remote.ts";
+import { refuseUnknownOptions } from "../options.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { CodemodeSandboxBase, checkOptions } from "./base.ts";
+import { CodemodeSandboxBase, checkInterruptBudget, checkMemory, checkOptions } from "./base.ts";
+import { checkWasm } from "./inline.ts";
 
 /** Time `warm()` gives a cold object to boot and run its first script. */
 export const REMOTE_WARM_TIMEOUT_MS = 30_000;
+/** Default memory limit of one VM served remotely: all VMs of an isolate share its 128 MB. */
+export const DEFAULT_REMOTE_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024;
 
 export interface RemoteCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**
@@ -53,5 +59,50 @@ export class RemoteCodemodeSandbox extends CodemodeSandboxBase {
   async warm(): Promise<void> {
     const result = await this.execute("return 1", { timeoutMs: REMOTE_WARM_TIMEOUT_MS });
     if (!result.ok) throw new Error(`warm(): the remote sandbox did not run a trivial script: ${result.error.message}`);
+  }
+}
+
+export interface CodemodeServeOptions {
+  /** Compiled QuickJS module, or a promise of one: `cloudflareQuickJSWasm` on Workers, `loadQuickJSWasm()` on Node. */
+  wasm: WebAssembly.Module | Promise<WebAssembly.Module>;
+  /** The most interrupt polls one run may compute through, and the budget of one that asks for none. Default: `DEFAULT_INTERRUPT_BUDGET`. */
+  maxInterruptBudget?: number;
+  /** The most memory one run's VM may use. Default: `DEFAULT_REMOTE_MEMORY_LIMIT_BYTES`. */
+  maxMemoryLimitBytes?: number;
+}
+
+const SERVE_OPTION_KEYS = ["wasm", "maxInterruptBudget", "maxMemoryLimitBytes"];
+
+/**
+ * The remote end of `RemoteCodemodeSandbox` for a remote of your own: serves one `execute(request, exchange)` RPC on
+ * a VM booted for it and released when the host ends the session (`CodemodeSandboxDurableObject` keeps its VMs warm
+ * instead). Resolves then; rejects on bad options, a request that is not `RemoteCodemodeSandbox`'s, or a host that
+ * breaks the protocol.
+ */
+export async function serveCodemodeRemote(
+  request: CodemodeRemoteRequest,
+  exchange: RemoteExchange,
+  options: CodemodeServeOptions,
+): Promise<void> {
+  if (options === null || typeof options !== "object") {
+    throw new TypeError("serveCodemodeRemote options must be an object with wasm, a compiled QuickJS module");
+  }
+  refuseUnknownOptions(options, "serveCodemodeRemote", SERVE_OPTION_KEYS);
+  const maxInterruptBudget =
+    checkInterruptBudget(options.maxInterruptBudget, "maxInterruptBudget") ?? DEFAULT_INTERRUPT_BUDGET;
+  const maxMemoryLimitBytes =
+    checkMemory(options.maxMemoryLimitBytes, "maxMemoryLimitBytes") ?? DEFAULT_REMOTE_MEMORY_LIMIT_BYTES;
+  checkWasm(options.wasm);
+  // Before a VM boots for it.
+  checkRemoteRequest(request);
+  const module = await options.wasm;
+  if (!(module instanceof WebAssembly.Module)) {
+    throw new TypeError("serveCodemodeRemote: wasm did not resolve to a WebAssembly.Module");
+  }
+  const side = new RemoteVmSide({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms: 1 });
+  try {
+    await side.serve(request, exchange, { maxInterruptBudget, maxMemoryLimitBytes });
+  } finally {
+    side.close();
   }
 }

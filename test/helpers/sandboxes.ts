@@ -16,11 +16,11 @@ import { disposeSharedWorkerd, relayStub, sharedWorkerd } from "./workerd.ts";
 const onNode = process.versions.bun === undefined;
 
 /**
- * Interrupt polls of a script in the Durable Object (one every 1,000 ticks): workerd runs every Worker of a test on
+ * Interrupt polls of a script in the Durable Object (one every 10,000 ticks): workerd runs every Worker of a test on
  * one thread, so a script that never yields holds up the others until its budget ends (about 0.7 s here, against the
  * default's 7 s).
  */
-const WORKERD_INTERRUPT_BUDGET = 100_000;
+const WORKERD_INTERRUPT_BUDGET = 10_000;
 
 // The file's workerd, where the durable-object launcher started one.
 afterAll(disposeSharedWorkerd);

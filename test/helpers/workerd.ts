@@ -111,6 +111,45 @@ export async function startWorkerd(): Promise<Workerd> {
   };
 }
 
+export interface SingleWorker {
+  /** POSTs `body` as JSON to `path` of the Worker and answers with its JSON. */
+  post(path: string, body?: unknown): Promise<unknown>;
+  dispose(): Promise<void>;
+}
+
+/**
+ * One Worker of the tests' own with its Durable Objects (binding -> class), bundled as startWorkerd bundles the
+ * sandbox Worker, with QuickJS beside it where airlock-codemode/cloudflare imports it.
+ */
+export async function startSingleWorker(entry: string, durableObjects: Record<string, string>): Promise<SingleWorker> {
+  const code = await bundleWorker(entry);
+  const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "quickjs-tracked.wasm"));
+  const { Miniflare } = await import("miniflare");
+  const mf = new Miniflare({
+    cf: false,
+    compatibilityDate: COMPATIBILITY_DATE,
+    modulesRoot: ROOT,
+    modules: [
+      { type: "ESModule", path: `${ROOT}/cloudflare/worker.js`, contents: code },
+      { type: "CompiledWasm", path: `${ROOT}/engine/quickjs-tracked.wasm`, contents: wasm },
+    ],
+    durableObjects,
+  });
+  await mf.ready;
+  return {
+    async post(path, body) {
+      const response = await mf.dispatchFetch(`http://worker${path}`, {
+        method: "POST",
+        body: JSON.stringify(body ?? {}),
+      });
+      const text = await response.text();
+      if (!response.ok) throw new Error(`the Worker answered ${response.status}: ${text.slice(0, 2000)}`);
+      return JSON.parse(text);
+    },
+    dispose: () => mf.dispose(),
+  };
+}
+
 interface RelaySocket {
   accept(): void;
   send(data: string): void;
@@ -120,14 +159,16 @@ interface RelaySocket {
 }
 
 /**
- * A stub of the sandbox Worker's object `name` for a host in this process: the same `serve` RPC, made by the agent
- * Worker's relay, with the host's end of `exchange` across a WebSocket (miniflare cannot pass a function from Node).
+ * A stub of the sandbox Worker's object `name` for a host in this process: the same `execute` RPC, made by the agent
+ * Worker's relay with the request in its URL, and the host's end of `exchange` across a WebSocket (miniflare cannot
+ * pass a function from Node).
  */
 export function relayStub(workerd: Promise<Workerd>, name: string, binding = "SANDBOX"): RemoteSandboxStub {
   return {
-    async serve(exchange) {
+    async execute(request, exchange) {
       const { mf } = await workerd;
-      const url = `http://agent/relay?binding=${binding}&name=${encodeURIComponent(name)}`;
+      const query = `binding=${binding}&name=${encodeURIComponent(name)}&request=${encodeURIComponent(JSON.stringify(request))}`;
+      const url = `http://agent/relay?${query}`;
       const response = await mf.dispatchFetch(url, { headers: { Upgrade: "websocket" } });
       const socket = (response as unknown as { webSocket: RelaySocket | null }).webSocket;
       if (!socket) throw new Error(`the relay answered ${response.status} without a WebSocket`);

@@ -5,7 +5,7 @@ import { type CodemodeTool, RemoteCodemodeSandbox } from "airlock-codemode/porta
 
 /** The binding's type, as @cloudflare/workers-types names it: DurableObjectNamespace<CodemodeSandboxDurableObject>. */
 interface SandboxNamespace {
-  getByName(name: string): Pick<CodemodeSandboxDurableObject, "serve">;
+  getByName(name: string): Pick<CodemodeSandboxDurableObject, "execute">;
 }
 
 interface Env {
