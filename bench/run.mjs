@@ -346,7 +346,7 @@ row("8. first 30 / steady", "ratio", median(firsts.map((f) => f.first30 / f.stea
 mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
 const report = { date: new Date().toISOString(), machine, quick, rows };
 writeFileSync(new URL("./results/latest.json", import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
-// One file per Node major as well, so that the runs on Node 20 and 24 that the README quotes stay side by side.
+// One file per Node major as well, so that the runs on Node 20 and 24 that docs/performance.md quotes stay side by side.
 const major = process.versions.node.split(".")[0];
 writeFileSync(new URL(`./results/latest-node${major}.json`, import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
 progress.done();

@@ -1,12 +1,13 @@
-// biome-ignore-all format: kept as dense as the README's governed-programs example, which it matches.
+// biome-ignore-all format: kept as dense as the first example of docs/governed-programs.md, which it matches.
 /**
  * Governed code mode: a program adds up catalog prices through a typed tool, under a broker with permissions and a
  * budget. Run it with `node examples/catalog-total.mjs` (in a clone, after `npm install`).
  */
 
-import { Budget, defineTool, invokeTool, z } from 'airlock-codemode';
+import { Budget, defineTool, invokeTool } from 'airlock-codemode';
 import { createQuickJsSandboxAdapter } from 'airlock-codemode/adapter-code-quickjs';
 import { createCodeMode, defineCodeProgram } from 'airlock-codemode/code-mode';
+import { z } from 'zod';
 
 const price = defineTool({
   id: 'catalog.price', version: '1', description: 'Price of one product in cents.',

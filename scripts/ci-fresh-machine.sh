@@ -4,11 +4,11 @@
 # may skip their tests. Needs root.
 set -euo pipefail
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
-# The commands of the README's "## Set-up" block, without their comments.
-commands=$(awk '/^## Set-up/ { in_section = 1; next } in_section && /^## / { exit }
+# The commands of the README's "## Developing" block, without their comments.
+commands=$(awk '/^## Developing/ { in_section = 1; next } in_section && /^## / { exit }
   in_section && /^```sh/ { in_block = 1; next } in_block && /^```/ { exit } in_block { print }' "$repo/README.md" |
   sed -e 's/[[:space:]]*#.*$//' -e '/^[[:space:]]*$/d')
-[ -n "$commands" ] || { echo "$0: README.md has no sh block under ## Set-up" >&2; exit 1; }
+[ -n "$commands" ] || { echo "$0: README.md has no sh block under ## Developing" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git clone -q "$repo" "$work/airlock"

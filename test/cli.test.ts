@@ -239,7 +239,7 @@ describe("usage errors exit 2 and name what is wrong", () => {
   });
 });
 
-describe("the README quick start", () => {
+describe("the first example of docs/cli.md", () => {
   it("npx airlock run examples/hello.js --tools examples/tools.mjs", async () => {
     const result = await runCli(["run", "examples/hello.js", "--tools", "examples/tools.mjs"], { cwd: REPO_ROOT });
     expect(result.stderr).toBe("");

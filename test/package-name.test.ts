@@ -2,7 +2,7 @@
  * The package is `airlock-codemode` (npm serves an unrelated package as `airlock`) and its command is `airlock`:
  * every place that spells the installed package's name or path spells this one.
  */
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { CONTAINER_ENTRY } from "airlock-codemode/adapter-code-docker";
 import { describe, expect, it } from "vitest";
@@ -12,7 +12,15 @@ const pkg = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as
   name: string;
   bin: Record<string, string>;
 };
-const readme = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+/** The README and the pages under docs/, one after another. */
+const pages = [
+  "README.md",
+  ...readdirSync(join(REPO_ROOT, "docs"), { recursive: true, encoding: "utf8" })
+    .filter((name) => name.endsWith(".md"))
+    .map((name) => join("docs", name)),
+]
+  .map((page) => readFileSync(join(REPO_ROOT, page), "utf8"))
+  .join("\n");
 
 describe("the package name", () => {
   it("is airlock-codemode, with the airlock command", () => {
@@ -25,12 +33,12 @@ describe("the package name", () => {
     expect(CONTAINER_ENTRY).toBe(`/opt/airlock/node_modules/${pkg.name}/dist/adapter-code-docker/serve.js`);
   });
 
-  it("is what the README tells a user to fetch", () => {
+  it("is what the README and the docs tell a user to fetch", () => {
     // `npx -y <name>` fetches a package by name: only this one. Plain `npx airlock` runs the installed command.
-    const fetched = [...readme.matchAll(/"-y",\s*"([^"]+)"|npx -y ([@\w./-]+)/g)].map((m) => m[1] ?? m[2]);
+    const fetched = [...pages.matchAll(/"-y",\s*"([^"]+)"|npx -y ([@\w./-]+)/g)].map((m) => m[1] ?? m[2]);
     expect(fetched.length).toBeGreaterThan(0);
     for (const name of fetched)
       expect(name === pkg.name || name?.startsWith("@modelcontextprotocol/"), name).toBe(true);
-    expect(readme).not.toMatch(/from "airlock[/"]/);
+    expect(pages).not.toMatch(/from "airlock[/"]/);
   });
 });

@@ -2,7 +2,7 @@
  * Nothing of the bridge is reachable, by any route (issue 17; SECURITY.md items 31 and 32): the stack-trace hooks
  * through which a script obtained the prelude's own functions are closed before any script runs; every call a VM
  * side sends is checked on the host against what the run offers; and store writes are safe to apply with the
- * README's `Object.assign(saved, result.storeWrites.set)`, whatever keys the script chose.
+ * `Object.assign(saved, result.storeWrites.set)` of docs/sandbox.md (Store), whatever keys the script chose.
  */
 import type { CodemodeHostCall } from "airlock-codemode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -71,7 +71,7 @@ describe.each(launchers)("$name sandbox: the prelude's functions stay out of rea
     `);
     expect(result).toMatchObject({ ok: true, value: "TypeError" });
     if (!result.ok) return;
-    // The README's way of applying the writes.
+    // The way docs/sandbox.md (Store) applies the writes.
     const saved: Record<string, unknown> = { kept: 1 };
     for (const key of result.storeWrites.delete) delete saved[key];
     Object.assign(saved, result.storeWrites.set);

@@ -118,7 +118,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     const [refused, value] = result.value as [string, object];
     expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
     expect(Object.getOwnPropertyNames(value)).toEqual(["__proto__", "prototype"]);
-    // A store key __proto__ would set the prototype of a host that applies the writes as the README does: refused.
+    // A store key __proto__ would set the prototype of a host that applies the writes as docs/sandbox.md does: refused.
     expect(refused).toBe("TypeError");
     expect(Object.getPrototypeOf(result.storeWrites.set)).toBe(Object.prototype);
     expect(Object.getOwnPropertyNames(result.storeWrites.set)).toEqual(["constructor"]);

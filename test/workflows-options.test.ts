@@ -1,6 +1,6 @@
 /**
  * The options of the durable runtime and its stores: what each refuses (the runtime's INVALID_CONFIG and the stores'
- * INVALID_INPUT, as Mayura's, naming the option), what each defaults to, as the README documents it, the connection
+ * INVALID_INPUT, as Mayura's, naming the option), what each defaults to, as docs/durable-programs.md (The runtime) documents it, the connection
  * strings the PostgreSQL store takes (every form pg reads, tried against a server), and the store-call bounds
  * (`storageTimeoutMs`, `maxPendingStorageOperations`) against a store that does not answer.
  */

@@ -15,9 +15,10 @@ import { type ApprovalJournalStore, type Entry, isCallResult, isCount, type Snap
 
 /**
  * Calls before the paused one from which a paused program is captured, so that its resume restores the snapshot
- * rather than replaying them all. Chosen from `npm run bench:snapshot` (README, Performance): through the code mode a
- * resume from a snapshot took 20-30 ms whatever the journal's length, a replay 6-8 ms and 0.03 ms a call, so they met
- * at 500-1,000 calls; taking the snapshot adds about 30 ms to the pause, which only longer journals win back.
+ * rather than replaying them all. Chosen from `npm run bench:snapshot` (docs/design/2026-12-04-snapshot-or-replay.md):
+ * through the code mode a resume from a snapshot took 20-30 ms whatever the journal's length, a replay 6-8 ms and
+ * 0.03 ms a call, so they met at 500-1,000 calls; taking the snapshot adds about 30 ms to the pause, which only longer
+ * journals win back.
  */
 export const SNAPSHOT_MIN_CALLS = 1_000;
 export const SNAPSHOT_KIND = "code-snapshot";

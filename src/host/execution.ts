@@ -580,7 +580,7 @@ function errorMessage(error: unknown, unreadable = "an error whose message canno
 class StoreWriteError extends Error {}
 
 /**
- * Store writes come as `{ set: { key: json }, delete: [keys] }`. Hosts apply them as the README does, with
+ * Store writes come as `{ set: { key: json }, delete: [keys] }`. Hosts apply them as docs/sandbox.md (Store) does, with
  * `Object.assign(saved, storeWrites.set)`, which would set the prototype of `saved` for a key `__proto__`: the script
  * environment refuses that key, and a VM side that sends it anyway broke the protocol. Other keys such as
  * `constructor` stay plain data.

@@ -6,7 +6,7 @@
  * worker could so leave a free step behind. Times come from the
  * database's clock, so that leases and approval expiries mean the same on every machine.
  *
- * Why no job library (graphile-worker, pg-boss) holds the leases, measured (README, Durable programs): a step must be
+ * Why no job library (graphile-worker, pg-boss) holds the leases, measured (docs/design/2026-12-04-leases-not-a-job-library.md): a step must be
  * marked started in the same transaction that checks its lease's fence on the run's row, and a started step whose
  * worker died must never run again, where both libraries own their job rows and retry a job whose worker vanished.
  * graphile-worker (0.17.3, the newest on Node 20; 0.18 needs Node 22.18) frees a SIGKILLed worker's job only after a

@@ -1,6 +1,6 @@
 /**
  * pi-codemode's declarations test cases (packages/codemode/test/declarations.test.ts of earendil-works/pi), ported.
- * Airlock lays its declarations out as its README shows (objects over several lines, `T[]`, namespaced globals as
+ * Airlock lays its declarations out as docs/declarations.md shows (objects over several lines, `T[]`, namespaced globals as
  * `declare namespace`), pi-codemode 1.6.0 on one line: so where pi's case compares text, this one asks the
  * TypeScript compiler whether the two declare the same types (each assignable to the other), and compares the
  * comments and names a model reads as text.

@@ -217,7 +217,7 @@ describe("pi-codemode's exports, under the same names", () => {
   const values = (module: object) => Object.keys(module).filter((name) => name !== "default");
   it("/portable and the main entry have every value pi's have", () => {
     expect(values(piPortable).filter((name) => !(name in airlockPortable))).toEqual([]);
-    // renderToolSample is a known difference (README, Coming from pi-codemode).
+    // renderToolSample is a known difference (docs/compatibility.md, pi-codemode).
     expect(values(piMain).filter((name) => !(name in airlockMain))).toEqual(["renderToolSample"]);
     expect(airlockPortable.DEFAULT_INTERRUPT_BUDGET).toBe(piPortable.DEFAULT_INTERRUPT_BUDGET);
   });

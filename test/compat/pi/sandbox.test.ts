@@ -271,7 +271,7 @@ describe.each(targets)("$name: tools", (target) => {
       { name: "my_tool", execute: () => "underscore" },
     ];
     if (!target.pi) {
-      // A deliberate difference (see the README): one of the two would be unreachable without a word.
+      // A deliberate difference (docs/compatibility.md, pi-codemode): one of the two would be unreachable without a word.
       expect(() => sandbox(tools)).toThrow('tools "my-tool" and "my_tool" would both be tools.my_tool');
       return;
     }
@@ -332,7 +332,7 @@ describe.each(targets)("$name: tools", (target) => {
       const result = await s.execute(`return ${expression};`);
       return result.ok ? result.value : result.error.message;
     };
-    // Airlock does not point at searchTools(query), which its sandboxes do not define (see the README).
+    // Airlock does not point at searchTools(query), which its sandboxes do not define (docs/compatibility.md).
     const hint = target.pi
       ? "ALL_TOOLS lists every tool; searchTools(query) finds tools by topic."
       : "ALL_TOOLS lists every tool.";

@@ -1,8 +1,8 @@
 /**
  * What pi-codemode's own test cases run against: every Airlock launcher that claims pi's behaviour, and
  * pi-codemode 1.6.0 itself (its `CodemodeSandbox`, a worker thread per execution), so that every case is known to
- * be one of pi's promises (pi 1.6.0 passes them all). Where Airlock deliberately differs, the README's list of
- * differences says why, and the case asserts each side's behaviour.
+ * be one of pi's promises (pi 1.6.0 passes them all). Where Airlock deliberately differs, the list of differences in
+ * docs/compatibility.md says why, and the case asserts each side's behaviour.
  */
 import { CodemodeSandbox as PiCodemodeSandbox } from "@earendil-works/pi-codemode";
 import type { CodemodeResult, CodemodeTool } from "airlock-codemode";
