@@ -44,6 +44,7 @@ export { McpConfigError, McpToolCollisionError, McpUpstreamError } from "./error
 export {
   type GatewayExecuteOptions,
   type GatewaySearchResult,
+  type GatewaySessionOptions,
   McpGateway,
   type McpGatewayOptions,
   startMcpGateway,

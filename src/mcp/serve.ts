@@ -224,7 +224,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   sweeper?.unref();
 
   const openSession = async (principal: string | undefined): Promise<Session> => {
-    const server = gateway.createServer();
+    const server = gateway.createServer(principal === undefined ? {} : { principal });
     let session: Session | undefined;
     const transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),

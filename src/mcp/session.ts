@@ -56,7 +56,7 @@ export interface GatewaySession {
 
 type Notify = (notification: ServerNotification) => Promise<void>;
 
-export function createGatewayServer(gateway: McpGateway): GatewaySession {
+export function createGatewayServer(gateway: McpGateway, principal?: string): GatewaySession {
   const server = new Server(gateway.serverInfo, {
     capabilities: {
       tools: { listChanged: true },
@@ -110,6 +110,7 @@ export function createGatewayServer(gateway: McpGateway): GatewaySession {
             ...(meta === undefined ? {} : { meta }),
             caller: sessionAsker(server, extra.requestId),
             ...(args.resume === undefined ? {} : { resume: args.resume as string }),
+            ...(principal === undefined ? {} : { principal }),
           })) as CallToolResult;
         } finally {
           reporter.end();
