@@ -17,8 +17,12 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { DEFAULT_MAX_TOOL_CALLS, MAX_POOL_SIZE_PER_CORE } from "airlock-codemode";
-import { type ExecuteStructuredResult, MAX_STDIO_CALL_ARGUMENT_BYTES } from "airlock-codemode/mcp";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+  type ExecuteStructuredResult,
+  MAX_STDIO_CALL_ARGUMENT_BYTES,
+} from "airlock-codemode/mcp";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { isAlive, paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
 import { assertCliBuilt, CLI } from "./helpers/cli.ts";
 
@@ -32,6 +36,8 @@ const FLOOD_MEMORY_MIB = 16;
 const SPIN_TIMEOUT_MS = 10_000;
 /** Deadline of a loop of slow built-ins; it must end well before three times this. */
 const LOOP_TIMEOUT_MS = 2_000;
+/** As many parked executions as the gateway can have workers: whichever worker a culprit lands on holds one. */
+const PARKED = MAX_POOL_SIZE_PER_CORE * Math.max(1, availableParallelism());
 /** Longest an execution of these tests may take, as the client waits for it. */
 const REQUEST_TIMEOUT_MS = 120_000;
 
@@ -99,6 +105,8 @@ interface Gateway {
    * one client there, and runs its requests at once).
    */
   clients(n: number): Promise<Client[]>;
+  /** Ends the sessions of the clients made so far (over HTTP: each client's DELETE), as clients that are done. */
+  release(): Promise<void>;
   /** The gateway's process id. */
   pid(): number;
   stop(): Promise<void>;
@@ -116,10 +124,19 @@ function overHttp(): Gateway {
     name: "Streamable HTTP",
     async start(config, flags = []) {
       let log = "";
-      const started = spawn(process.execPath, [CLI, "serve", "--config", config, "--http", "0", ...flags], {
-        stdio: ["ignore", "ignore", "pipe"],
-        env: { ...process.env, NODE_OPTIONS: "" },
-      });
+      // Each client a session of its own, and all of one principal (no token): as many as a test opens.
+      const sessions = [
+        "--max-sessions-per-principal",
+        String(Math.max(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, 2 + PARKED)),
+      ];
+      const started = spawn(
+        process.execPath,
+        [CLI, "serve", "--config", config, "--http", "0", ...sessions, ...flags],
+        {
+          stdio: ["ignore", "ignore", "pipe"],
+          env: { ...process.env, NODE_OPTIONS: "" },
+        },
+      );
       child = started;
       started.stderr?.setEncoding("utf8");
       started.stderr?.on("data", (chunk: string) => {
@@ -134,6 +151,14 @@ function overHttp(): Gateway {
       await Promise.all(made.map((c) => c.connect(new StreamableHTTPClientTransport(new URL(url)))));
       opened.push(...made);
       return made;
+    },
+    async release() {
+      await Promise.all(
+        opened.splice(0).map(async (c) => {
+          await (c.transport as StreamableHTTPClientTransport | undefined)?.terminateSession();
+          await c.close();
+        }),
+      );
     },
     pid: () => child?.pid ?? 0,
     async stop() {
@@ -165,6 +190,7 @@ function overStdio(): Gateway {
     async clients(n) {
       return Array.from({ length: n }, () => only as Client);
     },
+    async release() {},
     pid: () => transport?.pid ?? 0,
     async stop() {
       await only?.close();
@@ -186,6 +212,7 @@ describe.each([
     writeFileSync(config, JSON.stringify({ mcpServers: { paged: paged("--tools", "8", "--hold") } }));
     await gateway.start(config);
   }, 90_000);
+  afterEach(() => gateway.release());
   afterAll(async () => {
     await gateway.stop();
     folder.cleanup();
@@ -222,9 +249,7 @@ describe.each([
   ])(
     "stops %s, which polls the interrupt rarely, near its deadline; neighbours parked on a slow upstream call finish, each call sent once",
     async (_, loop) => {
-      // As many parked executions as the gateway can have workers: whichever worker the loop lands on holds one.
-      const parkedCount = MAX_POOL_SIZE_PER_CORE * Math.max(1, availableParallelism());
-      const [watcher, culprit, ...neighbours] = await gateway.clients(2 + parkedCount);
+      const [watcher, culprit, ...neighbours] = await gateway.clients(2 + PARKED);
       const parking = await park(watcher as Client, neighbours);
       let parkedEnded = false;
       void parking.parked.then(() => {

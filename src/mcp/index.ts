@@ -37,6 +37,8 @@ export {
   DEFAULT_HTTP_HOST,
   DEFAULT_MAX_APPROVALS_PER_EXECUTION,
   DEFAULT_MAX_OUTPUT_TOKENS,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
   DEFAULT_SESSION_IDLE_MS,
 } from "./defaults.ts";
 export { DEFAULT_DECLARATIONS_MAX_TOKENS, type DeclarationsForm } from "./description.ts";
@@ -49,6 +51,16 @@ export {
   type McpGatewayOptions,
   startMcpGateway,
 } from "./gateway.ts";
+export {
+  HTTP_RECEIVE_TIMEOUT_MS,
+  HTTP_RETRY_AFTER_S,
+  MAX_HTTP_BODY_BYTES,
+  MAX_HTTP_BODY_BYTES_PER_PRINCIPAL,
+  MAX_HTTP_BODY_BYTES_TOTAL,
+  MAX_HTTP_REQUESTS_PER_PRINCIPAL,
+  MAX_HTTP_REQUESTS_TOTAL,
+  SESSION_EVICTION_GRACE_MS,
+} from "./http-limits.ts";
 export {
   DEFAULT_SEARCH_LIMIT,
   MAX_DESCRIBE_NAMES,
@@ -72,7 +84,6 @@ export { callResultErrorMessage, callResultToValue, type McpCallResult, type Mcp
 export {
   DEFAULT_HTTP_PATH,
   type HttpServing,
-  MAX_HTTP_BODY_BYTES,
   type ServeHttpOptions,
   type ServeStdioOptions,
   type StdioServing,
