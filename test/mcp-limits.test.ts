@@ -22,12 +22,14 @@ import {
   MAX_HTTP_BODY_BYTES_TOTAL,
   MAX_HTTP_REQUESTS_PER_PRINCIPAL,
   MAX_HTTP_REQUESTS_TOTAL,
+  MAX_UPSTREAM_MESSAGE_BYTES,
   McpGateway,
   SESSION_EVICTION_GRACE_MS,
   serveGatewayHttp,
 } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AuthorizationServer, startAuthorizationServer } from "./fixtures/mcp/authorization-server.ts";
+import { ENDLESS_BYTES, type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import { paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
 import { assertCliBuilt, CLI } from "./helpers/cli.ts";
 
@@ -153,41 +155,57 @@ async function sdkClient(url: string, token?: string): Promise<Client> {
   return client;
 }
 
-describe("request bodies", () => {
-  let child: ChildProcess | undefined;
-  let url = "";
+interface ChildGateway {
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** `airlock serve --http 0` from its build, with `config`, until `stop()`. */
+async function serveChild(config: unknown, flags: string[] = []): Promise<ChildGateway> {
+  assertCliBuilt();
   const folder = tempFolder();
+  const file = join(folder.dir, "mcp.json");
+  writeFileSync(file, JSON.stringify(config));
+  let log = "";
+  const child: ChildProcess = spawn(process.execPath, [CLI, "serve", "--config", file, "--http", "0", ...flags], {
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, NODE_OPTIONS: "" },
+  });
+  child.stderr?.setEncoding("utf8");
+  child.stderr?.on("data", (chunk: string) => {
+    log += chunk;
+  });
+  await waitFor(() => /listening on \S+/.test(log) || child.exitCode !== null, 60_000, "the gateway to listen");
+  const url = /listening on (\S+)/.exec(log)?.[1] ?? "";
+  expect(url, log).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+  return {
+    url,
+    pid: child.pid as number,
+    async stop() {
+      if (child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        child.kill("SIGTERM");
+        await exited;
+      }
+      folder.cleanup();
+    },
+  };
+}
+
+describe("request bodies", () => {
+  let gateway: ChildGateway;
+  let url = "";
 
   beforeAll(async () => {
-    assertCliBuilt();
-    const config = join(folder.dir, "mcp.json");
-    writeFileSync(config, JSON.stringify({ mcpServers: { paged: paged("--tools", "2") } }));
-    let log = "";
-    const started = spawn(process.execPath, [CLI, "serve", "--config", config, "--http", "0"], {
-      stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, NODE_OPTIONS: "" },
-    });
-    child = started;
-    started.stderr?.setEncoding("utf8");
-    started.stderr?.on("data", (chunk: string) => {
-      log += chunk;
-    });
-    await waitFor(() => /listening on \S+/.test(log) || started.exitCode !== null, 60_000, "the gateway to listen");
-    url = /listening on (\S+)/.exec(log)?.[1] ?? "";
-    expect(url, log).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+    gateway = await serveChild({ mcpServers: { paged: paged("--tools", "2") } });
+    url = gateway.url;
   }, 90_000);
 
-  afterAll(async () => {
-    if (child && child.exitCode === null) {
-      const exited = new Promise((resolve) => child?.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-    }
-    folder.cleanup();
-  });
+  afterAll(() => gateway?.stop());
 
   it("takes at most a principal's share of 32 bodies of 30 MiB sent at once, refusing the rest with 429, while another client is served", async () => {
-    const pid = child?.pid as number;
+    const pid = gateway.pid;
     const neighbour = await sdkClient(url);
     try {
       expect(textOf(await neighbour.callTool({ name: "execute", arguments: { code: "return 6 * 7" } }))).toBe("42");
@@ -484,4 +502,83 @@ describe("sessions", () => {
     expect((await opened.at(-1)?.call(3, "tools/list"))?.status).toBe(200);
     expect((await opened[0]?.call(3, "tools/list"))?.status).toBe(404);
   }, 180_000);
+});
+
+describe("upstream answers", () => {
+  let upstream: HttpUpstream;
+  let gateway: ChildGateway;
+
+  beforeAll(async () => {
+    upstream = await startHttpUpstream();
+    gateway = await serveChild({
+      mcpServers: { web: { url: upstream.url }, local: paged("--tools", "1", "--endless") },
+    });
+  }, 90_000);
+
+  afterAll(async () => {
+    await gateway?.stop();
+    await upstream?.close();
+  });
+
+  /** Runs `code` in a client of its own; resolves to its structured answer. */
+  async function execute(client: Client, code: string) {
+    const result = await client.callTool({ name: "execute", arguments: { code } }, undefined, { timeout: 120_000 });
+    return result.structuredContent as { ok: boolean; value?: unknown; error?: { kind: string; message: string } };
+  }
+
+  it.each([
+    ["an event stream", "endless"],
+    ["a JSON body", "endless_json"],
+  ])(
+    "cuts an HTTP server's endless answer in %s past 10 MiB: the call fails alone, the gateway holds little, another client is served",
+    async (_, tool) => {
+      const [caller, neighbour] = [await sdkClient(gateway.url), await sdkClient(gateway.url)];
+      try {
+        const before = memoryOf(gateway.pid);
+        // Without a cap the call would go on to its deadline, reading what the server sends.
+        const endless = execute(caller, `// @options: {"timeout_ms": 40000}\nreturn await tools.web__${tool}({});`);
+        expect(await execute(neighbour, "return await tools.web__echo({})")).toMatchObject({ ok: true, value: "echo" });
+        const answer = await endless;
+        expect(answer.ok).toBe(false);
+        expect(answer.error?.message).toBe(
+          `server "web" answered the call of ${tool} with more than the gateway reads: the server sent a message longer than ${MAX_UPSTREAM_MESSAGE_BYTES} bytes (MAX_UPSTREAM_MESSAGE_BYTES); it was cut off there, and the call was not sent again`,
+        );
+        // The gateway stopped reading there and closed the response: the server could not send much more.
+        await waitFor(() => (upstream.streamed[tool]?.length ?? 0) > 0, 30_000, "the response to close");
+        expect(upstream.streamed[tool]).toEqual([expect.any(Number)]);
+        expect(upstream.streamed[tool]?.[0]).toBeLessThan(ENDLESS_BYTES / 4);
+        const after = memoryOf(gateway.pid);
+        expect(after.peak - before.rss, `RSS ${before.rss} before, peak ${after.peak}`).toBeLessThan(128 * MiB);
+        // The connection stays, for this call and the others.
+        expect(await execute(caller, "return await tools.web__echo({})")).toMatchObject({ ok: true, value: "echo" });
+      } finally {
+        await caller.close();
+        await neighbour.close();
+      }
+    },
+    120_000,
+  );
+
+  it("cuts a stdio server's endless line at the same size, as the SDK does: the server is started again for the next call", async () => {
+    const [caller, neighbour] = [await sdkClient(gateway.url), await sdkClient(gateway.url)];
+    try {
+      const before = memoryOf(gateway.pid);
+      const endless = execute(caller, `// @options: {"timeout_ms": 40000}\nreturn await tools.local__endless({});`);
+      expect(await execute(neighbour, "return await tools.web__echo({})")).toMatchObject({ ok: true, value: "echo" });
+      const answer = await endless;
+      expect(answer.ok).toBe(false);
+      expect(answer.error?.message).toMatch(
+        new RegExp(
+          // A read-only call whose connection was lost is sent once more, and is cut there again.
+          `^server "local" sent a message longer than ${MAX_UPSTREAM_MESSAGE_BYTES} bytes \\(MAX_UPSTREAM_MESSAGE_BYTES\\) and was disconnected again when the call was sent a second time`,
+        ),
+      );
+      const after = memoryOf(gateway.pid);
+      expect(after.peak - before.rss, `RSS ${before.rss} before, peak ${after.peak}`).toBeLessThan(128 * MiB);
+      expect(await execute(caller, "return (await tools.local__item_0()).item")).toMatchObject({ ok: true, value: 0 });
+    } finally {
+      await caller.close();
+      await neighbour.close();
+    }
+  }, 120_000);
 });

@@ -69,6 +69,8 @@ export {
   MAX_SEARCH_QUERY_CHARS,
   MAX_STDIO_CALL_ARGUMENT_BYTES,
   MAX_TOOL_NAME_CHARS,
+  MAX_UPSTREAM_ANSWER_BYTES_IN_FLIGHT,
+  MAX_UPSTREAM_MESSAGE_BYTES,
 } from "./limits.ts";
 export { MCP_TOOL_SEPARATOR, mcpToolName } from "./names.ts";
 export {

@@ -19,7 +19,7 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { traceMeta } from "../tracing/index.ts";
-import { unansweredReason } from "./answer-streams.ts";
+import { answerCutReason, unansweredReason } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
 import {
@@ -359,6 +359,8 @@ export class McpUpstream {
       return await request.send(client, signal);
     } catch (error) {
       if (signal?.aborted) throw signal.reason ?? error;
+      // Its answer was too long to read: the same call would bring the same answer.
+      if (answerCutReason(error, this.unansweredMarker) !== undefined) throw this.callError(request.what, error);
       let failure: Failure = unansweredReason(error, this.unansweredMarker)
         ? (await this.answersPing(client))
           ? "unanswered"
@@ -489,8 +491,20 @@ export class McpUpstream {
     );
   }
 
-  /** A failed call as the script sees it: an HTTP error status is the server's answer, so it is named. */
+  /**
+   * A failed call as the script sees it: an HTTP error status is the server's answer, so it is named, and so is an
+   * answer cut off for its length.
+   */
   private callError(what: string, error: unknown): unknown {
+    const cut = answerCutReason(error, this.unansweredMarker);
+    if (cut !== undefined) {
+      return new McpUpstreamError(
+        this.name,
+        `server "${this.name}" answered the call of ${what} with more than the gateway reads: ${cut}; it was cut off there, and the call was not sent again`,
+        "",
+        { cause: error },
+      );
+    }
     if (!(error instanceof StreamableHTTPError)) return error;
     const detail = error.message.replace(/^Streamable HTTP error: /, "");
     const status = (error.code ?? -1) > 0 ? `HTTP ${error.code}` : "an error";
