@@ -22,7 +22,10 @@ import {
   MAX_HTTP_BODY_BYTES_TOTAL,
   MAX_HTTP_REQUESTS_PER_PRINCIPAL,
   MAX_HTTP_REQUESTS_TOTAL,
+  MAX_UPSTREAM_LIST_BYTES,
   MAX_UPSTREAM_MESSAGE_BYTES,
+  MAX_UPSTREAM_OWED_ANSWERS,
+  MAX_UPSTREAM_TOOLS,
   McpGateway,
   SESSION_EVICTION_GRACE_MS,
   serveGatewayHttp,
@@ -579,6 +582,143 @@ describe("upstream answers", () => {
     } finally {
       await caller.close();
       await neighbour.close();
+    }
+  }, 120_000);
+});
+
+describe("upstream lists and floods", () => {
+  /** Runs `code` in `client`; resolves to its structured answer. */
+  async function execute(client: Client, code: string) {
+    const result = await client.callTool({ name: "execute", arguments: { code } }, undefined, { timeout: 120_000 });
+    return result.structuredContent as { ok: boolean; value?: unknown; error?: { kind: string; message: string } };
+  }
+
+  it("takes no tool list past its caps: a server of 10,000 tools, or of 20 MiB of them, is down saying why, and the others serve", async () => {
+    const gateway = await serveChild({
+      mcpServers: {
+        many: paged("--tools", "10000", "--page-size", "100"),
+        wordy: paged("--tools", "20", "--description-bytes", String(MiB)),
+        small: paged("--tools", "2"),
+      },
+    });
+    const client = await sdkClient(gateway.url);
+    try {
+      const description = (await client.listTools()).tools.find((tool) => tool.name === "execute")?.description ?? "";
+      expect(description).toContain(`- many: lists more than ${MAX_UPSTREAM_TOOLS} tools (MAX_UPSTREAM_TOOLS)`);
+      expect(description).toContain(
+        `- wordy: lists more than ${MAX_UPSTREAM_LIST_BYTES} characters of JSON (MAX_UPSTREAM_LIST_BYTES)`,
+      );
+      expect(await execute(client, "return (await tools.small__item_1()).item")).toMatchObject({ ok: true, value: 1 });
+      expect((await execute(client, "return await tools.many__item_0()")).error?.message).toMatch(
+        /^tools\.many__item_0 does not exist/,
+      );
+    } finally {
+      await client.close();
+      await gateway.stop();
+    }
+  }, 120_000);
+
+  it("lists a server's tools once at a time while it floods tools/list_changed, and serves another client meanwhile", async () => {
+    const gateway = await serveChild({ mcpServers: { flood: paged("--tools", "600", "--page-size", "3", "--flood") } });
+    const [flooding, neighbour] = [await sdkClient(gateway.url), await sdkClient(gateway.url)];
+    try {
+      const flood = execute(flooding, 'return await tools.flood__flood({ count: 100000, kind: "tools" })');
+      let done = false;
+      void flood.then(() => {
+        done = true;
+      });
+      let served = 0;
+      while (!done) {
+        expect(await execute(neighbour, "return 6 * 7")).toMatchObject({ ok: true, value: 42 });
+        served++;
+      }
+      expect(await flood).toMatchObject({ ok: true, value: "flooded" });
+      expect(served).toBeGreaterThan(0);
+      // Each listing of the server's tools began after the one before ended: never two lists held at once.
+      const stats = (await execute(neighbour, "return await tools.flood__stats()")).value as { mostListings: number };
+      expect(stats.mostListings).toBe(1);
+    } finally {
+      await flooding.close();
+      await neighbour.close();
+      await gateway.stop();
+    }
+  }, 120_000);
+
+  it("holds nothing of a flood of 100,000 log notifications of 1 KiB, and serves another client meanwhile", async () => {
+    const gateway = await McpGateway.start(
+      { mcpServers: { flood: paged("--tools", "1", "--flood") } },
+      { poolSize: 1 },
+    );
+    const serving = await serveGatewayHttp(gateway, { port: 0 });
+    const [flooding, neighbour] = [await sdkClient(serving.url), await sdkClient(serving.url)];
+    try {
+      const before = await liveHeap();
+      const flood = execute(flooding, 'return await tools.flood__flood({ count: 100000, kind: "log" })');
+      let done = false;
+      void flood.then(() => {
+        done = true;
+      });
+      while (!done) expect(await execute(neighbour, "return 6 * 7")).toMatchObject({ ok: true, value: 42 });
+      expect(await flood).toMatchObject({ ok: true, value: "flooded" });
+      const held = (await liveHeap()) - before;
+      expect(held, `heap held ${held} bytes after 100 MiB of notifications`).toBeLessThan(16 * MiB);
+    } finally {
+      await flooding.close();
+      await neighbour.close();
+      await serving.close();
+      await gateway.close();
+    }
+  }, 120_000);
+
+  it("disconnects a server that floods requests and reads none of the answers: its call fails saying why, the gateway holds little", async () => {
+    const gateway = await serveChild({
+      mcpServers: { deaf: paged("--tools", "1", "--flood"), other: paged("--tools", "1") },
+    });
+    const [flooding, neighbour] = [await sdkClient(gateway.url), await sdkClient(gateway.url)];
+    try {
+      const before = memoryOf(gateway.pid);
+      // It stops reading its stdin, then sends 400,000 pings: every answer would wait in the gateway.
+      const flood = execute(flooding, 'return await tools.deaf__flood({ count: 400000, kind: "deaf" })');
+      expect(await execute(neighbour, "return (await tools.other__item_0()).item")).toMatchObject({ value: 0 });
+      const answer = await flood;
+      expect(answer.ok).toBe(false);
+      expect(answer.error?.message).toMatch(
+        new RegExp(
+          `^server "deaf" sent more than ${MAX_UPSTREAM_OWED_ANSWERS} requests whose answers it did not take \\(MAX_UPSTREAM_OWED_ANSWERS\\) and was disconnected`,
+        ),
+      );
+      const after = memoryOf(gateway.pid);
+      expect(after.peak - before.rss, `RSS ${before.rss} before, peak ${after.peak}`).toBeLessThan(256 * MiB);
+      // Started again for the next call.
+      expect(await execute(neighbour, "return (await tools.deaf__item_0()).item")).toMatchObject({ value: 0 });
+    } finally {
+      await flooding.close();
+      await neighbour.close();
+      await gateway.stop();
+    }
+  }, 120_000);
+});
+
+describe("upstream resources", () => {
+  it("remembers only the latest list of a server whose resources are new at each listing", async () => {
+    const gateway = await McpGateway.start(
+      { mcpServers: { fresh: paged("--tools", "1", "--fresh-resources", "5000") } },
+      { poolSize: 1 },
+    );
+    const serving = await serveGatewayHttp(gateway, { port: 0 });
+    const client = await sdkClient(serving.url);
+    try {
+      await client.listResources();
+      const before = await liveHeap();
+      for (let i = 0; i < 40; i++) expect((await client.listResources()).resources).toHaveLength(5000);
+      // 200,000 URIs were listed; the gateway routes reads by the latest 5,000 only.
+      const held = (await liveHeap()) - before;
+      expect(held, `heap held ${held} bytes`).toBeLessThan(8 * MiB);
+      await expect(client.readResource({ uri: "fresh://1/0" })).rejects.toThrow(/Resource not found/);
+    } finally {
+      await client.close();
+      await serving.close();
+      await gateway.close();
     }
   }, 120_000);
 });

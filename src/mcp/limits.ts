@@ -33,3 +33,18 @@ export const MAX_UPSTREAM_MESSAGE_BYTES = 10 * 1024 * 1024;
  * messages come one after the other on one pipe.
  */
 export const MAX_UPSTREAM_ANSWER_BYTES_IN_FLIGHT = 4 * MAX_UPSTREAM_MESSAGE_BYTES;
+/**
+ * Most tools one upstream server may list (all pages): past it the server is down, as one that failed to list, since
+ * every tool is declared, searched and described by the gateway.
+ */
+export const MAX_UPSTREAM_TOOLS = 1000;
+/** Most resources, resource templates or prompts one upstream server may list: past it that list fails. */
+export const MAX_UPSTREAM_LIST_ITEMS = 10_000;
+/** Most characters of JSON one list of one upstream server may take, all pages together. */
+export const MAX_UPSTREAM_LIST_BYTES = 16 * 1024 * 1024;
+/**
+ * Answers to one upstream server's own requests (ping, roots/list) sent and not yet taken: past it the server is
+ * disconnected (its calls fail saying why; it is started again on the next call), since one that floods requests and
+ * reads none of the answers would make the gateway hold them all.
+ */
+export const MAX_UPSTREAM_OWED_ANSWERS = 256;

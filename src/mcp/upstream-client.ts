@@ -13,7 +13,7 @@ import { ErrorCode, ListRootsRequestSchema, McpError, type Root } from "@modelco
 import { watchAnswerStreams } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
-import { MAX_UPSTREAM_MESSAGE_BYTES } from "./limits.ts";
+import { MAX_UPSTREAM_MESSAGE_BYTES, MAX_UPSTREAM_OWED_ANSWERS } from "./limits.ts";
 
 /** How long a stdio server has to exit by itself after its stdin was closed, before it gets SIGTERM. */
 export const STDIO_EXIT_GRACE_MS = 300;
@@ -90,6 +90,12 @@ export async function openClient(spec: McpServerSpec, hooks: ClientHooks, stderr
       );
     };
   }
+  owedAnswers(transport, () =>
+    hooks.onMalformed(
+      client,
+      `more than ${MAX_UPSTREAM_OWED_ANSWERS} requests whose answers it did not take (MAX_UPSTREAM_OWED_ANSWERS)`,
+    ),
+  );
   client.onclose = () => {
     closedClients.add(client);
     hooks.onClosed(client);
@@ -103,6 +109,30 @@ export async function openClient(spec: McpServerSpec, hooks: ClientHooks, stderr
     throw startError(spec, error, client, hooks.connectTimeoutMs, stderrTail());
   }
   return client;
+}
+
+/**
+ * Counts the answers to a server's own requests (ping, roots/list) that are sent but not yet taken: written to a
+ * stdio server's stdin and not read, or POSTed to an HTTP server and not answered. A server that floods requests and
+ * never takes the answers would otherwise make the gateway hold every one of them: past `MAX_UPSTREAM_OWED_ANSWERS`,
+ * `onFlood` drops the connection.
+ */
+function owedAnswers(transport: Transport, onFlood: () => void): void {
+  const send = transport.send.bind(transport);
+  let owed = 0;
+  transport.send = async (message, options) => {
+    if ("method" in message) return send(message, options);
+    if (owed >= MAX_UPSTREAM_OWED_ANSWERS) {
+      onFlood();
+      throw new Error("the server takes no more answers");
+    }
+    owed++;
+    try {
+      return await send(message, options);
+    } finally {
+      owed--;
+    }
+  };
 }
 
 /**
