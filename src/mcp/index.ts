@@ -96,7 +96,12 @@ export {
   serveGatewayHttp,
   serveGatewayStdio,
 } from "./serve.ts";
-export { MAX_LOG_MESSAGES_PER_RUN, PROGRESS_HEARTBEAT_MS, PROGRESS_MIN_INTERVAL_MS } from "./session.ts";
+export {
+  MAX_LOG_CHARS_PER_RUN,
+  MAX_LOG_MESSAGES_PER_RUN,
+  PROGRESS_HEARTBEAT_MS,
+  PROGRESS_MIN_INTERVAL_MS,
+} from "./session.ts";
 export { MAX_STDIO_LINE_BYTES } from "./stdio.ts";
 export {
   countTokens,
