@@ -204,6 +204,12 @@ describe("OAuth resource-server mode", () => {
     });
     const mallory = await post(serving.url, list, headers(await good({ sub: "mallory" })));
     expect(mallory.status).toBe(404);
+    // A JSON-RPC error that answers the request by its id.
+    expect(await mallory.json()).toEqual({
+      jsonrpc: "2.0",
+      id: 2,
+      error: { code: -32001, message: "Session not found: initialize a new session" },
+    });
     const again = await post(serving.url, list, headers(alice));
     expect(again.status).toBe(200);
     await again.text();

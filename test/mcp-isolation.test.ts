@@ -9,7 +9,6 @@
  * stdio gateway serves one client), the official SDK client, and a real upstream server (paged-server.mjs --hold)
  * that counts the calls it gets. Assertions are about order and counts; the one bound in time is a wide margin.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
@@ -23,8 +22,8 @@ import {
   MAX_STDIO_CALL_ARGUMENT_BYTES,
 } from "airlock-codemode/mcp";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { isAlive, paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
-import { assertCliBuilt, CLI } from "./helpers/cli.ts";
+import { isAlive, paged, tempFolder } from "./fixtures/mcp/servers.ts";
+import { assertCliBuilt, CLI, type HttpGatewayProcess, serveHttpCli } from "./helpers/cli.ts";
 
 /**
  * Heap cap of one execution (`--memory`, MiB) of the gateway the flood runs on: small, so that a flood of calls of 4
@@ -117,34 +116,17 @@ function client(): Client {
 }
 
 function overHttp(): Gateway {
-  let child: ChildProcess | undefined;
+  let serving: HttpGatewayProcess | undefined;
   let url = "";
   const opened: Client[] = [];
   return {
     name: "Streamable HTTP",
     async start(config, flags = []) {
-      let log = "";
       // Each client a session of its own, and all of one principal (no token): as many as a test opens.
-      const sessions = [
-        "--max-sessions-per-principal",
-        String(Math.max(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, 2 + PARKED)),
-      ];
-      const started = spawn(
-        process.execPath,
-        [CLI, "serve", "--config", config, "--http", "0", ...sessions, ...flags],
-        {
-          stdio: ["ignore", "ignore", "pipe"],
-          env: { ...process.env, NODE_OPTIONS: "" },
-        },
-      );
-      child = started;
-      started.stderr?.setEncoding("utf8");
-      started.stderr?.on("data", (chunk: string) => {
-        log += chunk;
-      });
-      await waitFor(() => /listening on \S+/.test(log) || started.exitCode !== null, 60_000, "the gateway to listen");
-      url = /listening on (\S+)/.exec(log)?.[1] ?? "";
-      expect(url, log).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+      const sessions = String(Math.max(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, 2 + PARKED));
+      serving = await serveHttpCli(config, ["--max-sessions-per-principal", sessions, ...flags]);
+      url = serving.url;
+      expect(url, serving.log()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
     },
     async clients(n) {
       const made = Array.from({ length: n }, client);
@@ -160,14 +142,10 @@ function overHttp(): Gateway {
         }),
       );
     },
-    pid: () => child?.pid ?? 0,
+    pid: () => serving?.pid ?? 0,
     async stop() {
       await Promise.all(opened.splice(0).map((c) => c.close()));
-      if (child && child.exitCode === null) {
-        const exited = new Promise((resolve) => child?.once("exit", resolve));
-        child.kill("SIGTERM");
-        await exited;
-      }
+      await serving?.stop();
     },
   };
 }

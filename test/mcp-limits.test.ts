@@ -1,13 +1,5 @@
-/**
- * What clients can make the gateway hold over HTTP, capped per request, per principal and in total: request bodies
- * (one, and many at once), requests in progress, and sessions with their stores. Each attack is one a client can
- * make; the gateway is the real one (`airlock serve --http` from its build, whose RSS is read from /proc, or
- * `serveGatewayHttp` in this process, whose heap is measured after a full collection), its upstream a real server,
- * and another client is served while the attack goes on.
- */
-import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { request } from "node:http";
+import { type ClientRequest, request } from "node:http";
 import { join } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
@@ -34,7 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AuthorizationServer, startAuthorizationServer } from "./fixtures/mcp/authorization-server.ts";
 import { ENDLESS_BYTES, type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import { paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
-import { assertCliBuilt, CLI } from "./helpers/cli.ts";
+import { serveHttpCli } from "./helpers/cli.ts";
 
 const MiB = 1024 * 1024;
 const PROTOCOL = "2025-06-18";
@@ -75,12 +67,12 @@ interface Raw {
   body: string;
 }
 
-/** One POST with a raw client (node:http), so that a body is sent as given and any answer is read. */
-function rawPost(url: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<Raw> {
+/** A POST with a raw client (node:http), its body declared at `bytes` and left to the caller to write; its answer. */
+function openPost(url: string, bytes: number, headers: Record<string, string>) {
   const target = new URL(url);
-  const bytes = typeof body === "string" ? Buffer.from(body) : body;
-  return new Promise((resolve, reject) => {
-    const req = request(
+  let req: ClientRequest | undefined;
+  const answer = new Promise<Raw>((resolve, reject) => {
+    req = request(
       {
         host: target.hostname,
         port: target.port,
@@ -89,7 +81,7 @@ function rawPost(url: string, body: Buffer | string, headers: Record<string, str
         headers: {
           "content-type": "application/json",
           accept: "application/json, text/event-stream",
-          "content-length": String(bytes.length),
+          "content-length": String(bytes),
           ...headers,
         },
       },
@@ -103,8 +95,16 @@ function rawPost(url: string, body: Buffer | string, headers: Record<string, str
       },
     );
     req.once("error", reject);
-    req.end(bytes);
   });
+  return { req: req as unknown as ClientRequest, answer };
+}
+
+/** One POST whose body is sent whole, as given; its answer. */
+function rawPost(url: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<Raw> {
+  const bytes = typeof body === "string" ? Buffer.from(body) : body;
+  const { req, answer } = openPost(url, bytes.length, headers);
+  req.end(bytes);
+  return answer;
 }
 
 /** The JSON-RPC message of an answer, whether it came as JSON or as one server-sent event. */
@@ -166,31 +166,16 @@ interface ChildGateway {
 
 /** `airlock serve --http 0` from its build, with `config`, until `stop()`. */
 async function serveChild(config: unknown, flags: string[] = []): Promise<ChildGateway> {
-  assertCliBuilt();
   const folder = tempFolder();
   const file = join(folder.dir, "mcp.json");
   writeFileSync(file, JSON.stringify(config));
-  let log = "";
-  const child: ChildProcess = spawn(process.execPath, [CLI, "serve", "--config", file, "--http", "0", ...flags], {
-    stdio: ["ignore", "ignore", "pipe"],
-    env: { ...process.env, NODE_OPTIONS: "" },
-  });
-  child.stderr?.setEncoding("utf8");
-  child.stderr?.on("data", (chunk: string) => {
-    log += chunk;
-  });
-  await waitFor(() => /listening on \S+/.test(log) || child.exitCode !== null, 60_000, "the gateway to listen");
-  const url = /listening on (\S+)/.exec(log)?.[1] ?? "";
-  expect(url, log).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+  const serving = await serveHttpCli(file, flags);
+  expect(serving.url, serving.log()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
   return {
-    url,
-    pid: child.pid as number,
+    url: serving.url,
+    pid: serving.pid,
     async stop() {
-      if (child.exitCode === null) {
-        const exited = new Promise((resolve) => child.once("exit", resolve));
-        child.kill("SIGTERM");
-        await exited;
-      }
+      await serving.stop();
       folder.cleanup();
     },
   };
@@ -289,34 +274,9 @@ describe("several principals", () => {
    * refuses it at once, and `abort` to go away.
    */
   function slowPost(bytes: number, headers: Record<string, string>) {
-    const target = new URL(serving.url);
-    let answered: ((raw: Raw) => void) | undefined;
-    const answer = new Promise<Raw>((resolve) => {
-      answered = resolve;
-    });
-    const req = request(
-      {
-        host: target.hostname,
-        port: target.port,
-        path: target.pathname,
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          accept: "application/json, text/event-stream",
-          "content-length": String(bytes),
-          ...headers,
-        },
-      },
-      (res) => {
-        let text = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => {
-          text += chunk;
-        });
-        res.on("end", () => answered?.({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
-      },
-    );
-    req.on("error", () => {});
+    const { req, answer } = openPost(serving.url, bytes, headers);
+    // Going away later fails the answer of a request that was taken: nothing waits for it then.
+    answer.catch(() => {});
     req.write(`{"jsonrpc":"2.0","id":"slow","method":"initialize",${" ".repeat(1000)}`);
     return { answer, abort: () => req.destroy() };
   }

@@ -385,18 +385,24 @@ function expectWaitingLoose(answer: Answer) {
   return waiting as NonNullable<typeof waiting>;
 }
 
+/** A gateway in this process on the SQLite store, whose decision lines a person runs as shown. */
+async function waitingGateway() {
+  const store = createSqliteStore({ filename: storePath });
+  await store.initialize();
+  const gateway = await McpGateway.start(JSON.parse(readFileSync(configPath, "utf8")), {
+    poolSize: 1,
+    waiting: {
+      store,
+      commandLine: ({ verdict, run, node, digest }) =>
+        `${LINE_START}${verdict} ${run} ${node} --digest ${digest} --store ${storePath} --verifier ${verifierPath}`,
+    },
+  });
+  return { store, gateway };
+}
+
 describe("over Streamable HTTP", () => {
   it("waits, and resumes after airlock approve without sending an earlier call again", async () => {
-    const store = createSqliteStore({ filename: storePath });
-    await store.initialize();
-    const gateway = await McpGateway.start(JSON.parse(readFileSync(configPath, "utf8")), {
-      poolSize: 1,
-      waiting: {
-        store,
-        commandLine: ({ verdict, run, node, digest }) =>
-          `${LINE_START}${verdict} ${run} ${node} --digest ${digest} --store ${storePath} --verifier ${verifierPath}`,
-      },
-    });
+    const { store, gateway } = await waitingGateway();
     const serving = await serveGatewayHttp(gateway, { port: 0 });
     const client = new Client({ name: "waiting-test", version: "1.0.0" }, { capabilities: {} });
     try {
@@ -418,16 +424,7 @@ describe("over Streamable HTTP", () => {
 
   it("keeps a waiting run to the OAuth subject that started it: another subject's resume finds no such run", async () => {
     const as = await startAuthorizationServer();
-    const store = createSqliteStore({ filename: storePath });
-    await store.initialize();
-    const gateway = await McpGateway.start(JSON.parse(readFileSync(configPath, "utf8")), {
-      poolSize: 1,
-      waiting: {
-        store,
-        commandLine: ({ verdict, run, node, digest }) =>
-          `${LINE_START}${verdict} ${run} ${node} --digest ${digest} --store ${storePath} --verifier ${verifierPath}`,
-      },
-    });
+    const { store, gateway } = await waitingGateway();
     const serving = await serveGatewayHttp(gateway, { port: 0, oauth: { issuer: as.issuer } });
     const clientOf = async (sub: string) => {
       const token = await as.sign({ iss: as.issuer, aud: serving.url, sub });

@@ -377,16 +377,23 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       } catch (error) {
         return reply(res, 400, `The request body is not JSON: ${(error as Error).message}`, -32700);
       }
+      const id = requestIdOf(body);
       if (sessionId !== undefined) {
         const session = find(sessionId);
-        if (session === undefined) return reply(res, 404, "Session not found: initialize a new session", -32001);
+        if (session === undefined) return reply(res, 404, "Session not found: initialize a new session", -32001, id);
         return serve(session, req, res, body);
       }
       if (!isInitializeRequest(body)) {
-        return reply(res, 400, "No session: the first request must be initialize (without an Mcp-Session-Id)");
+        return reply(
+          res,
+          400,
+          "No session: the first request must be initialize (without an Mcp-Session-Id)",
+          -32000,
+          id,
+        );
       }
       const full = await roomForSession(principal);
-      if (full !== undefined) return refuse(req, res, full, (body as { id?: RequestId }).id);
+      if (full !== undefined) return refuse(req, res, full, id ?? undefined);
       const session = await openSession(principal);
       await serve(session, req, res, body);
       // An initialize that failed leaves no session behind.
@@ -544,6 +551,12 @@ function readBody(
     req.once("end", onEnd);
     req.once("error", onError);
   });
+}
+
+/** The id of a request body that is one JSON-RPC request, for the error that answers it; null otherwise. */
+function requestIdOf(body: unknown): RequestId | null {
+  const id = (body as { id?: unknown } | null)?.id;
+  return typeof id === "string" || Number.isSafeInteger(id) ? (id as RequestId) : null;
 }
 
 function positiveCount(value: unknown, name: string): number {
