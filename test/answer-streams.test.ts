@@ -1,7 +1,7 @@
 /** The fetch wrapper that ends an HTTP server's answer stream with errors for the requests it did not answer. */
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import { describe, expect, it } from "vitest";
-import { unansweredReason, watchAnswerStreams } from "../dist/mcp/answer-streams.js";
+import { answerCutReason, unansweredReason, watchAnswerStreams } from "../dist/mcp/answer-streams.js";
 
 const MARKER = "test-marker";
 const post = (body: unknown): RequestInit => ({ method: "POST", body: JSON.stringify(body) });
@@ -85,14 +85,127 @@ describe("watchAnswerStreams", () => {
     expect(error).toBe(broken);
   });
 
-  it("passes through what is not a POST's event stream", async () => {
-    const json = new Response("{}", { headers: { "content-type": "application/json" } });
-    expect(await watchAnswerStreams(MARKER, async () => json)("http://x/mcp", post(request(1)))).toBe(json);
-    const get = streamed([]);
-    expect(await watchAnswerStreams(MARKER, async () => get)("http://x/mcp", { method: "GET" })).toBe(get);
-    const notification = streamed([]);
+  it("passes on what is not a POST's event stream as it came", async () => {
+    const json = new Response('{"jsonrpc":"2.0","id":1,"result":{}}', {
+      headers: { "content-type": "application/json" },
+    });
+    const passed = await watchAnswerStreams(MARKER, async () => json)("http://x/mcp", post(request(1)));
+    expect(await passed.text()).toBe('{"jsonrpc":"2.0","id":1,"result":{}}');
+    const get = await watchAnswerStreams(MARKER, async () => streamed([": keep\n\n", "data: {}\n\n"]))("http://x/mcp", {
+      method: "GET",
+    });
+    expect((await read(get)).text).toBe(": keep\n\ndata: {}\n\n");
     const sent = post({ jsonrpc: "2.0", method: "notifications/initialized" });
-    expect(await watchAnswerStreams(MARKER, async () => notification)("http://x/mcp", sent)).toBe(notification);
+    const notification = await watchAnswerStreams(MARKER, async () => streamed([]))("http://x/mcp", sent);
+    expect((await read(notification)).text).toBe("");
+  });
+
+  const LIMITS = { messageBytes: 1000, inFlightBytes: 4000 };
+
+  it("cuts an event past the message cap, ending it as an event the SDK skips, and answers its request with a marked error", async () => {
+    // One endless data line, in chunks of 300 bytes, and a request answered by none of it.
+    const line = `data: ${"x".repeat(294)}`;
+    let sent = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        sent++;
+        controller.enqueue(new TextEncoder().encode(line));
+      },
+    });
+    const fetch = watchAnswerStreams(
+      MARKER,
+      async () => new Response(body, { headers: { "content-type": "text/event-stream" } }),
+      LIMITS,
+    );
+    const { text, error } = await read(await fetch("http://x/mcp", post(request(3))));
+    expect(error).toBeUndefined();
+    // The first three chunks (900 bytes) were passed on; the fourth would have made the event 1,200 bytes.
+    expect(text.startsWith(line.repeat(3))).toBe(true);
+    const rest = text.slice(line.length * 3);
+    expect(rest.startsWith("\nevent: airlock-cut\n\n")).toBe(true);
+    const [answer] = messages(rest);
+    expect(answer).toMatchObject({ id: 3, error: { code: -32000 } });
+    const reason = "the server sent a message longer than 1000 bytes (MAX_UPSTREAM_MESSAGE_BYTES)";
+    expect(answer?.error?.message).toBe(reason);
+    const asSdk = new McpError(-32000, reason, { unanswered: MARKER, reason, cut: true });
+    expect(answerCutReason(asSdk, MARKER)).toBe(reason);
+    expect(unansweredReason(asSdk, MARKER)).toBeUndefined();
+    // Nothing more was read from the server.
+    expect(sent).toBeLessThanOrEqual(5);
+  });
+
+  it("counts an event from its blank line on, whatever its line ends: many small events pass", async () => {
+    const event = (n: number) =>
+      `data: ${JSON.stringify({ jsonrpc: "2.0", method: "notifications/message", params: { n } })}`;
+    const chunks = Array.from({ length: 200 }, (_, n) => `${event(n)}${["\n\n", "\r\n\r\n", "\r\r"][n % 3]}`);
+    const fetch = watchAnswerStreams(MARKER, async () => streamed(chunks), LIMITS);
+    const { text, error } = await read(await fetch("http://x/mcp", { method: "GET" }));
+    expect(error).toBeUndefined();
+    expect(text).toBe(chunks.join(""));
+    // A CR and an LF in two chunks are one line end, not a blank line: the event goes on and is cut.
+    const split = [`data: ${"y".repeat(600)}\r`, `\ndata: ${"y".repeat(600)}\r\n\r\n`];
+    const cut = await read(
+      await watchAnswerStreams(MARKER, async () => streamed(split), LIMITS)("http://x/mcp", { method: "GET" }),
+    );
+    expect(cut.text).toBe(`${split[0]}event: airlock-cut\n\n`);
+  });
+
+  it("cuts a JSON body past the cap, by its declared length before reading it, or as it comes", async () => {
+    const reason = "the server sent a message longer than 1000 bytes (MAX_UPSTREAM_MESSAGE_BYTES)";
+    let pulled = 0;
+    const declared = new Response(
+      new ReadableStream({
+        pull(controller) {
+          pulled++;
+          controller.enqueue(new TextEncoder().encode("x".repeat(100)));
+        },
+      }),
+      { headers: { "content-type": "application/json", "content-length": "5000" } },
+    );
+    const early = await watchAnswerStreams(MARKER, async () => declared, LIMITS)("http://x/mcp", post(request(1)));
+    const refused = await early.json().catch((error: unknown) => error);
+    expect(answerCutReason(refused, MARKER)).toBe(reason);
+    expect(pulled).toBeLessThanOrEqual(1);
+    const endless = streamed(
+      Array.from({ length: 50 }, () => "y".repeat(100)),
+      undefined,
+      "application/json",
+    );
+    const late = await watchAnswerStreams(MARKER, async () => endless, LIMITS)("http://x/mcp", post(request(2)));
+    expect(answerCutReason(await late.json().catch((error: unknown) => error), MARKER)).toBe(reason);
+  });
+
+  it("cuts the response whose bytes pass the connection's cap for messages under way, and lets go of a stream's share as it ends", async () => {
+    // Three streams, each 800 bytes into an event that has not ended: the third passes 2,000 bytes together.
+    const pending = () => {
+      let sent = false;
+      return new Response(
+        new ReadableStream<Uint8Array>({
+          pull(controller) {
+            if (!sent) controller.enqueue(new TextEncoder().encode(`data: ${"z".repeat(794)}`));
+            sent = true;
+            return new Promise(() => {});
+          },
+        }),
+        { headers: { "content-type": "text/event-stream" } },
+      );
+    };
+    const fetch = watchAnswerStreams(MARKER, async () => pending(), { messageBytes: 1000, inFlightBytes: 2000 });
+    const first = (await fetch("http://x/mcp", post(request(1)))).body?.getReader() as ReadableStreamDefaultReader;
+    const second = (await fetch("http://x/mcp", post(request(2)))).body?.getReader() as ReadableStreamDefaultReader;
+    await first.read();
+    await second.read();
+    const third = await read(await fetch("http://x/mcp", post(request(3))));
+    expect(messages(third.text)[0]?.error?.message).toBe(
+      "the server's answers under way took more than 2000 bytes together (MAX_UPSTREAM_ANSWER_BYTES_IN_FLIGHT)",
+    );
+    // Once the first stream is done with, its share is free again.
+    await first.cancel();
+    const fourth = (await fetch("http://x/mcp", post(request(4)))).body?.getReader() as ReadableStreamDefaultReader;
+    const { value } = await fourth.read();
+    expect(new TextDecoder().decode(value)).toBe(`data: ${"z".repeat(794)}`);
+    await second.cancel();
+    await fourth.cancel();
   });
 
   it("lets a closed transport's abort through as it is", async () => {

@@ -528,6 +528,18 @@ describe("errors at start", () => {
       2,
       expect.stringContaining('--session-idle must be a positive integer number of minutes up to 10080, got "soon"'),
     ]);
+    const sessionsAlone = await serve(config, ["--max-sessions", "10"]);
+    expect([sessionsAlone.code, sessionsAlone.stderr]).toEqual([
+      2,
+      expect.stringContaining("--max-sessions needs --http <port>"),
+    ]);
+    const noSessions = await serve(config, ["--http", "0", "--max-sessions-per-principal", "0"]);
+    expect([noSessions.code, noSessions.stderr]).toEqual([
+      2,
+      expect.stringContaining(
+        '--max-sessions-per-principal must be a positive integer number of sessions up to 100000, got "0"',
+      ),
+    ]);
   });
 
   it("exits 1 for a name collision", async () => {

@@ -5,66 +5,19 @@
  * address, and sessions that expire with their stores.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { McpGateway, serveGatewayHttp } from "airlock-codemode/mcp";
-import { exportJWK, generateKeyPair, type JWTPayload, SignJWT, UnsecuredJWT } from "jose";
+import { type JWTPayload, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type AuthorizationServer, startAuthorizationServer } from "./fixtures/mcp/authorization-server.ts";
 import { type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import { paged, REPO_ROOT, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
 
 const CLI = join(REPO_ROOT, "dist", "cli", "main.js");
-
-/** A local authorization server: its metadata (RFC 8414) and its JWKS, and tokens signed with its key. */
-interface AuthorizationServer {
-  issuer: string;
-  sign(claims: JWTPayload, options?: { key?: "own" | "other"; expiresIn?: string | number }): Promise<string>;
-  close(): Promise<void>;
-}
-
-async function startAuthorizationServer(metadataIssuer?: string): Promise<AuthorizationServer> {
-  const own = await generateKeyPair("RS256");
-  const other = await generateKeyPair("RS256");
-  const jwk = { ...(await exportJWK(own.publicKey)), kid: "own", alg: "RS256", use: "sig" };
-  let issuer = "";
-  const http: Server = createServer((req, res) => {
-    if (req.url === "/.well-known/oauth-authorization-server") {
-      res.writeHead(200, { "content-type": "application/json" });
-      res.end(
-        JSON.stringify({
-          issuer: metadataIssuer ?? issuer,
-          jwks_uri: `${issuer}/jwks`,
-          authorization_endpoint: `${issuer}/authorize`,
-          token_endpoint: `${issuer}/token`,
-          response_types_supported: ["code"],
-        }),
-      );
-    } else if (req.url === "/jwks") {
-      res.writeHead(200, { "content-type": "application/json" });
-      res.end(JSON.stringify({ keys: [jwk] }));
-    } else {
-      res.writeHead(404).end();
-    }
-  });
-  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
-  issuer = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
-  return {
-    issuer,
-    sign: (claims, options = {}) =>
-      new SignJWT(claims)
-        // The other key claims the same kid: only its signature tells them apart.
-        .setProtectedHeader({ alg: "RS256", kid: "own", typ: "at+jwt" })
-        .setIssuedAt()
-        .setExpirationTime(options.expiresIn ?? "5m")
-        .sign(options.key === "other" ? other.privateKey : own.privateKey),
-    close: () => new Promise((resolve) => http.close(() => resolve())),
-  };
-}
 
 function textOf(result: unknown): string {
   return (result as CallToolResult).content
@@ -251,9 +204,40 @@ describe("OAuth resource-server mode", () => {
     });
     const mallory = await post(serving.url, list, headers(await good({ sub: "mallory" })));
     expect(mallory.status).toBe(404);
+    // A JSON-RPC error that answers the request by its id.
+    expect(await mallory.json()).toEqual({
+      jsonrpc: "2.0",
+      id: 2,
+      error: { code: -32001, message: "Session not found: initialize a new session" },
+    });
     const again = await post(serving.url, list, headers(alice));
     expect(again.status).toBe(200);
     await again.text();
+  });
+
+  it("refuses a token that names no subject: two clients' tokens without sub would share one principal", async () => {
+    const sessions = serving.sessions;
+    // Two clients of one issuer, each with a valid token for this gateway, told apart only by their client ids.
+    const tokens = [
+      ["client A", await as.sign({ iss: as.issuer, aud: serving.url, client_id: "a", scope: "mcp:tools" })],
+      ["client B", await as.sign({ iss: as.issuer, aud: serving.url, client_id: "b", scope: "mcp:tools" })],
+      ["an empty sub", await good({ sub: "" })],
+      ["a sub that is not a string", await good({ sub: 7 as unknown as string })],
+    ] as const;
+    for (const [what, token] of tokens) {
+      const response = await post(serving.url, INITIALIZE, { authorization: `Bearer ${token}` });
+      expect([what, response.status]).toEqual([what, 401]);
+      expect([what, response.headers.get("www-authenticate")]).toEqual([
+        what,
+        expect.stringContaining(
+          'error="invalid_token", error_description="the token names no subject (its sub claim)"',
+        ),
+      ]);
+      expect(await response.json()).toMatchObject({
+        error: { message: "Unauthorized: the token names no subject (its sub claim)" },
+      });
+    }
+    expect(serving.sessions).toBe(sessions);
   });
 
   it("refuses to start with an issuer whose metadata names another issuer", async () => {

@@ -9,7 +9,6 @@
  * stdio gateway serves one client), the official SDK client, and a real upstream server (paged-server.mjs --hold)
  * that counts the calls it gets. Assertions are about order and counts; the one bound in time is a wide margin.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
@@ -17,10 +16,14 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { DEFAULT_MAX_TOOL_CALLS, MAX_POOL_SIZE_PER_CORE } from "airlock-codemode";
-import { type ExecuteStructuredResult, MAX_STDIO_CALL_ARGUMENT_BYTES } from "airlock-codemode/mcp";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isAlive, paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
-import { assertCliBuilt, CLI } from "./helpers/cli.ts";
+import {
+  DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+  type ExecuteStructuredResult,
+  MAX_STDIO_CALL_ARGUMENT_BYTES,
+} from "airlock-codemode/mcp";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { isAlive, paged, tempFolder } from "./fixtures/mcp/servers.ts";
+import { assertCliBuilt, CLI, type HttpGatewayProcess, serveHttpCli } from "./helpers/cli.ts";
 
 /**
  * Heap cap of one execution (`--memory`, MiB) of the gateway the flood runs on: small, so that a flood of calls of 4
@@ -32,6 +35,8 @@ const FLOOD_MEMORY_MIB = 16;
 const SPIN_TIMEOUT_MS = 10_000;
 /** Deadline of a loop of slow built-ins; it must end well before three times this. */
 const LOOP_TIMEOUT_MS = 2_000;
+/** As many parked executions as the gateway can have workers: whichever worker a culprit lands on holds one. */
+const PARKED = MAX_POOL_SIZE_PER_CORE * Math.max(1, availableParallelism());
 /** Longest an execution of these tests may take, as the client waits for it. */
 const REQUEST_TIMEOUT_MS = 120_000;
 
@@ -99,6 +104,8 @@ interface Gateway {
    * one client there, and runs its requests at once).
    */
   clients(n: number): Promise<Client[]>;
+  /** Ends the sessions of the clients made so far (over HTTP: each client's DELETE), as clients that are done. */
+  release(): Promise<void>;
   /** The gateway's process id. */
   pid(): number;
   stop(): Promise<void>;
@@ -109,25 +116,17 @@ function client(): Client {
 }
 
 function overHttp(): Gateway {
-  let child: ChildProcess | undefined;
+  let serving: HttpGatewayProcess | undefined;
   let url = "";
   const opened: Client[] = [];
   return {
     name: "Streamable HTTP",
     async start(config, flags = []) {
-      let log = "";
-      const started = spawn(process.execPath, [CLI, "serve", "--config", config, "--http", "0", ...flags], {
-        stdio: ["ignore", "ignore", "pipe"],
-        env: { ...process.env, NODE_OPTIONS: "" },
-      });
-      child = started;
-      started.stderr?.setEncoding("utf8");
-      started.stderr?.on("data", (chunk: string) => {
-        log += chunk;
-      });
-      await waitFor(() => /listening on \S+/.test(log) || started.exitCode !== null, 60_000, "the gateway to listen");
-      url = /listening on (\S+)/.exec(log)?.[1] ?? "";
-      expect(url, log).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+      // Each client a session of its own, and all of one principal (no token): as many as a test opens.
+      const sessions = String(Math.max(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, 2 + PARKED));
+      serving = await serveHttpCli(config, ["--max-sessions-per-principal", sessions, ...flags]);
+      url = serving.url;
+      expect(url, serving.log()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
     },
     async clients(n) {
       const made = Array.from({ length: n }, client);
@@ -135,14 +134,18 @@ function overHttp(): Gateway {
       opened.push(...made);
       return made;
     },
-    pid: () => child?.pid ?? 0,
+    async release() {
+      await Promise.all(
+        opened.splice(0).map(async (c) => {
+          await (c.transport as StreamableHTTPClientTransport | undefined)?.terminateSession();
+          await c.close();
+        }),
+      );
+    },
+    pid: () => serving?.pid ?? 0,
     async stop() {
       await Promise.all(opened.splice(0).map((c) => c.close()));
-      if (child && child.exitCode === null) {
-        const exited = new Promise((resolve) => child?.once("exit", resolve));
-        child.kill("SIGTERM");
-        await exited;
-      }
+      await serving?.stop();
     },
   };
 }
@@ -165,6 +168,7 @@ function overStdio(): Gateway {
     async clients(n) {
       return Array.from({ length: n }, () => only as Client);
     },
+    async release() {},
     pid: () => transport?.pid ?? 0,
     async stop() {
       await only?.close();
@@ -186,6 +190,7 @@ describe.each([
     writeFileSync(config, JSON.stringify({ mcpServers: { paged: paged("--tools", "8", "--hold") } }));
     await gateway.start(config);
   }, 90_000);
+  afterEach(() => gateway.release());
   afterAll(async () => {
     await gateway.stop();
     folder.cleanup();
@@ -222,9 +227,7 @@ describe.each([
   ])(
     "stops %s, which polls the interrupt rarely, near its deadline; neighbours parked on a slow upstream call finish, each call sent once",
     async (_, loop) => {
-      // As many parked executions as the gateway can have workers: whichever worker the loop lands on holds one.
-      const parkedCount = MAX_POOL_SIZE_PER_CORE * Math.max(1, availableParallelism());
-      const [watcher, culprit, ...neighbours] = await gateway.clients(2 + parkedCount);
+      const [watcher, culprit, ...neighbours] = await gateway.clients(2 + PARKED);
       const parking = await park(watcher as Client, neighbours);
       let parkedEnded = false;
       void parking.parked.then(() => {

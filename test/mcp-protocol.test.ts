@@ -13,7 +13,7 @@ import {
   ListRootsRequestSchema,
   LoggingMessageNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
-import { McpGateway } from "airlock-codemode/mcp";
+import { MAX_LOG_CHARS_PER_RUN, McpGateway } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { everything, filesystem, paged, tempFolder } from "./fixtures/mcp/servers.ts";
 
@@ -85,6 +85,29 @@ describe("logging and progress", () => {
       await client.setLoggingLevel("warning");
       await client.callTool({ name: "execute", arguments: { code: 'console.log("hidden"); return 1' } });
       expect(events).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it(`sends at most ${MAX_LOG_CHARS_PER_RUN} characters of console lines as log messages, the rest only in the result`, async () => {
+    const client = await connect();
+    const logged: string[] = [];
+    client.setNotificationHandler(LoggingMessageNotificationSchema, (notification) => {
+      logged.push(String(notification.params.data));
+    });
+    try {
+      await client.setLoggingLevel("info");
+      // 16 lines of 100,000 characters: 1.6 million in all.
+      const run = await client.callTool({
+        name: "execute",
+        arguments: { code: 'for (let i = 0; i < 16; i++) console.log(String(i % 10).repeat(100000)); return "done";' },
+      });
+      expect(run.structuredContent).toMatchObject({ ok: true });
+      const note = "\n(further console output is only in the result)";
+      expect(logged).toHaveLength(3);
+      expect(logged.slice(0, 2)).toEqual(["0".repeat(100000), "1".repeat(100000)]);
+      expect(logged[2]).toBe(`${"2".repeat(MAX_LOG_CHARS_PER_RUN - 200000)}${note}`);
     } finally {
       await client.close();
     }

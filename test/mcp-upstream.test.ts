@@ -97,7 +97,7 @@ describe("tools/list pagination", () => {
     expect(pagedTools.map((tool) => tool.toolName).slice(0, 3)).toEqual(["item-0", "item-1", "item-2"]);
     expect(pagedTools.at(-1)?.toolName).toBe("stats");
     const result = await sandbox.execute("return await tools.paged__stats({});");
-    expect(result.ok && result.value).toEqual({ cancellations: expect.any(Number), listCalls: 8 });
+    expect(result.ok && result.value).toEqual({ cancellations: expect.any(Number), listCalls: 8, mostListings: 1 });
   });
 });
 

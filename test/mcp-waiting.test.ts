@@ -16,6 +16,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { type ExecuteStructuredResult, McpGateway, serveGatewayHttp } from "airlock-codemode/mcp";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startAuthorizationServer } from "./fixtures/mcp/authorization-server.ts";
 import { REPO_ROOT, recordedCalls, tempFolder } from "./fixtures/mcp/servers.ts";
 import { assertCliBuilt, runCli } from "./helpers/cli.ts";
 import { dropSchema, freshSchema } from "./helpers/postgres.ts";
@@ -414,18 +415,24 @@ function expectWaitingLoose(answer: Answer) {
   return waiting as NonNullable<typeof waiting>;
 }
 
+/** A gateway in this process on the SQLite store, whose decision lines a person runs as shown. */
+async function waitingGateway() {
+  const store = createSqliteStore({ filename: storePath });
+  await store.initialize();
+  const gateway = await McpGateway.start(JSON.parse(readFileSync(configPath, "utf8")), {
+    poolSize: 1,
+    waiting: {
+      store,
+      commandLine: ({ verdict, run, node, digest }) =>
+        `${LINE_START}${verdict} ${run} ${node} --digest ${digest} --store ${storePath} --verifier ${verifierPath}`,
+    },
+  });
+  return { store, gateway };
+}
+
 describe("over Streamable HTTP", () => {
   it("waits, and resumes after airlock approve without sending an earlier call again", async () => {
-    const store = createSqliteStore({ filename: storePath });
-    await store.initialize();
-    const gateway = await McpGateway.start(JSON.parse(readFileSync(configPath, "utf8")), {
-      poolSize: 1,
-      waiting: {
-        store,
-        commandLine: ({ verdict, run, node, digest }) =>
-          `${LINE_START}${verdict} ${run} ${node} --digest ${digest} --store ${storePath} --verifier ${verifierPath}`,
-      },
-    });
+    const { store, gateway } = await waitingGateway();
     const serving = await serveGatewayHttp(gateway, { port: 0 });
     const client = new Client({ name: "waiting-test", version: "1.0.0" }, { capabilities: {} });
     try {
@@ -442,6 +449,45 @@ describe("over Streamable HTTP", () => {
       await serving.close();
       await gateway.close();
       await store.close();
+    }
+  }, 60_000);
+
+  it("keeps a waiting run to the OAuth subject that started it: another subject's resume finds no such run", async () => {
+    const as = await startAuthorizationServer();
+    const { store, gateway } = await waitingGateway();
+    const serving = await serveGatewayHttp(gateway, { port: 0, oauth: { issuer: as.issuer } });
+    const clientOf = async (sub: string) => {
+      const token = await as.sign({ iss: as.issuer, aud: serving.url, sub });
+      const client = new Client({ name: `waiting-${sub}`, version: "1.0.0" }, { capabilities: {} });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(serving.url), {
+          requestInit: { headers: { authorization: `Bearer ${token}` } },
+        }),
+      );
+      return client;
+    };
+    const alice = await clientOf("alice");
+    const mallory = await clientOf("mallory");
+    try {
+      const waiting = expectWaiting(await execute(alice, CODE));
+      expect((await decide(waiting.approve)).code).toBe(0);
+      // Holding the run's id is not enough: its journal, and the results in it, are alice's.
+      const stolen = await execute(mallory, CODE, waiting.run);
+      expect(stolen.isError).toBe(true);
+      expect(stolen.structuredContent.error).toMatchObject({ code: "NOT_FOUND" });
+      expect(textOf(stolen)).not.toContain("inbox");
+      expect(sent("mail")).toEqual([]);
+      const resumed = await execute(alice, CODE, waiting.run);
+      expect(resumed.structuredContent.value).toEqual({ mail: MAIL, note: NOTE.arguments });
+      expect(sent("notes")).toEqual([INBOX, NOTE]);
+      expect(sent("mail")).toEqual([MAIL]);
+    } finally {
+      await alice.close();
+      await mallory.close();
+      await serving.close();
+      await gateway.close();
+      await store.close();
+      await as.close();
     }
   }, 60_000);
 });

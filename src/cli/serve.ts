@@ -7,6 +7,8 @@ import {
   DEFAULT_GATEWAY_TIMEOUT_MS,
   DEFAULT_HTTP_HOST,
   DEFAULT_MAX_OUTPUT_TOKENS,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
   DEFAULT_SESSION_IDLE_MS,
 } from "../mcp/defaults.ts";
 import type { HttpServing, McpGateway, ParsedMcpConfig } from "../mcp/index.ts";
@@ -23,6 +25,8 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 const MAX_MEMORY_MIB = 4096;
 /** A week; the sweep's timer holds at most 60 s anyway. */
 const MAX_SESSION_IDLE_MINUTES = 7 * 24 * 60;
+/** The most --max-sessions and --max-sessions-per-principal take. */
+const MAX_SESSIONS_FLAG = 100_000;
 
 const USAGE = `Usage: airlock serve --config <mcp.json> [options]
 
@@ -64,6 +68,12 @@ Options:
                              what a server may touch
   --session-idle <minutes>   With --http, close a client's session after this long without a request
                              (default ${DEFAULT_SESSION_IDLE_MS / 60_000}; the client then initializes a new one)
+  --max-sessions <n>         With --http, the most sessions open at once; past it an initialize gets 503
+                             (default ${DEFAULT_MAX_SESSIONS})
+  --max-sessions-per-principal <n>
+                             With --http, the most sessions of one principal (whom a token names; without a
+                             token, all clients are one): past it the one idle longest is closed, or the
+                             initialize gets 429 (default ${DEFAULT_MAX_SESSIONS_PER_PRINCIPAL})
   --timeout <ms>             Deadline of one execution (default ${DEFAULT_GATEWAY_TIMEOUT_MS})
   --approval-timeout <ms>    Deadline of a person's answer to one approval request; past it the call is
                              refused, not sent (default ${DEFAULT_APPROVAL_TIMEOUT_MS}; the execution's deadline still counts)
@@ -95,6 +105,8 @@ const flags = {
   http: { type: "string" },
   host: { type: "string" },
   "session-idle": { type: "string" },
+  "max-sessions": { type: "string" },
+  "max-sessions-per-principal": { type: "string" },
   "token-env": { type: "string" },
   "oauth-issuer": { type: "string" },
   "oauth-audience": { type: "string" },
@@ -137,7 +149,15 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   if (values["session-idle"] !== undefined && values.http === undefined) {
     throw new UsageError("--session-idle needs --http <port>");
   }
-  for (const flag of ["token-env", "oauth-issuer", "public-url", "allowed-hosts", "forward-roots"] as const) {
+  for (const flag of [
+    "token-env",
+    "oauth-issuer",
+    "public-url",
+    "allowed-hosts",
+    "forward-roots",
+    "max-sessions",
+    "max-sessions-per-principal",
+  ] as const) {
     if (values[flag] !== undefined && values.http === undefined) throw new UsageError(`--${flag} needs --http <port>`);
   }
   for (const flag of ["oauth-audience", "oauth-scopes", "oauth-jwks"] as const) {
@@ -164,6 +184,19 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
     values["session-idle"] === undefined
       ? DEFAULT_SESSION_IDLE_MS
       : positiveInteger("--session-idle", values["session-idle"], MAX_SESSION_IDLE_MINUTES, "minutes") * 60_000;
+  const maxSessions =
+    values["max-sessions"] === undefined
+      ? undefined
+      : positiveInteger("--max-sessions", values["max-sessions"], MAX_SESSIONS_FLAG, "sessions");
+  const maxSessionsPerPrincipal =
+    values["max-sessions-per-principal"] === undefined
+      ? undefined
+      : positiveInteger(
+          "--max-sessions-per-principal",
+          values["max-sessions-per-principal"],
+          MAX_SESSIONS_FLAG,
+          "sessions",
+        );
   const port = values.http === undefined ? undefined : portNumber(values.http);
   const host = values.host ?? DEFAULT_HTTP_HOST;
   const timeoutMs =
@@ -284,6 +317,8 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
           port,
           host,
           sessionIdleMs,
+          ...(maxSessions === undefined ? {} : { maxSessions }),
+          ...(maxSessionsPerPrincipal === undefined ? {} : { maxSessionsPerPrincipal }),
           ...(bearerToken === undefined ? {} : { bearerToken }),
           ...(oauth === undefined ? {} : { oauth }),
           ...(publicUrl === undefined ? {} : { publicUrl }),

@@ -4,7 +4,8 @@
  * `WWW-Authenticate: Bearer resource_metadata="…"`, a bad one `error="invalid_token"`, and one lacking a required scope
  * 403 `error="insufficient_scope"`. In OAuth mode an access token is a JWT signed by a key of the configured
  * authorization server's JWKS (checked with `jose`), issued by it, for this gateway (its audience, RFC 8707), not
- * expired, with the required scopes. A client's token is never passed on: upstream servers get only the headers of
+ * expired, naming its subject (`sub`, which RFC 9068 requires: the principal sessions and waiting runs belong to), with
+ * the required scopes. A client's token is never passed on: upstream servers get only the headers of
  * their own config.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
@@ -59,7 +60,7 @@ export const OAUTH_KEYS = optionKeys<OAuthResourceServerOptions>({
 
 /** Who sent a request, once its token was checked. */
 export interface Principal {
-  /** `issuer|subject` for OAuth tokens, "token" for the shared bearer token. */
+  /** `issuer|subject` for OAuth tokens (a token without `sub` is refused), "token" for the shared bearer token. */
   id: string;
   scopes: string[];
   claims?: JWTPayload;
@@ -182,12 +183,16 @@ export async function oauthAuthenticator(
       } catch (error) {
         return refuse(401, "invalid_token", tokenProblem(error));
       }
+      // Sessions and waiting runs belong to the subject: a token that names none would share them with every other
+      // such token. RFC 9068 (JWT access tokens) requires `sub`, also for a client acting on its own behalf.
+      if (typeof claims.sub !== "string" || claims.sub === "") {
+        return refuse(401, "invalid_token", "the token names no subject (its sub claim)");
+      }
       const scopes = scopesOf(claims);
       const missing = required.filter((scope) => !scopes.includes(scope));
       if (missing.length > 0)
         return refuse(403, "insufficient_scope", `the token lacks the scope ${missing.join(" ")}`);
-      const subject = typeof claims.sub === "string" ? claims.sub : "";
-      return { ok: true, principal: { id: `${issuer}|${subject}`, scopes, claims } };
+      return { ok: true, principal: { id: `${issuer}|${claims.sub}`, scopes, claims } };
     },
   };
 }

@@ -15,6 +15,14 @@ export const DEFAULT_HTTP_HOST = "127.0.0.1";
 /** Default `sessionIdleMs`. */
 export const DEFAULT_SESSION_IDLE_MS = 30 * 60_000;
 /**
+ * Default `maxSessionsPerPrincipal`: open HTTP sessions of one principal (whom a token names; all clients are one
+ * without a token). Each keeps an MCP server and its store (up to `MAX_STORE_TOTAL_CHARS`, 1 MiB of JSON) until it is
+ * closed, idle past `sessionIdleMs`, or closed to make room for a new one of its principal.
+ */
+export const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 32;
+/** Default `maxSessions`: open HTTP sessions of every principal together. */
+export const DEFAULT_MAX_SESSIONS = 256;
+/**
  * Default deadline of a person's answer to one approval request (MCP elicitation): past it the call is refused
  * (`GUARD_BLOCKED`) and not sent. Below `DEFAULT_GATEWAY_TIMEOUT_MS`, since the run's own deadline keeps counting.
  */

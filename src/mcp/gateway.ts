@@ -104,6 +104,16 @@ export interface GatewayExecuteOptions {
   caller?: ApprovalAsker;
   /** The id of a run that waited: continues it (the same code), with the gateway's `waiting` store. */
   resume?: string;
+  /**
+   * Who the client is (over HTTP, the principal its token names): a run that waits belongs to it, and only the same
+   * principal can resume it. Without it, runs belong to the gateway's scope alone.
+   */
+  principal?: string;
+}
+
+/** What one client session is: who its client is (see `GatewayExecuteOptions.principal`). */
+export interface GatewaySessionOptions {
+  principal?: string;
 }
 
 /** One `search` result as programs get it from `search()`. */
@@ -296,7 +306,15 @@ export class McpGateway {
    * stripped) and gives its output and value, or its error, as MCP content with `structuredContent`.
    */
   async execute(code: string, options: GatewayExecuteOptions = {}): Promise<McpToolResult> {
-    refuseUnknownOptions(options, "execute", ["signal", "store", "onProgress", "meta", "caller", "resume"]);
+    refuseUnknownOptions(options, "execute", [
+      "signal",
+      "store",
+      "onProgress",
+      "meta",
+      "caller",
+      "resume",
+      "principal",
+    ]);
     if (options.resume !== undefined && this.waiting === undefined) {
       return refusal(
         "INVALID_INPUT",
@@ -343,6 +361,7 @@ export class McpGateway {
         sandbox: this.sandbox,
         ...(options.signal === undefined ? {} : { signal: options.signal }),
         ...(options.resume === undefined ? {} : { resume: options.resume }),
+        ...(options.principal === undefined ? {} : { principal: options.principal }),
       });
       if ("answer" in ended) return ended.answer;
       return this.answer(ended.result, options, maxOutputTokens, undefined);
@@ -446,8 +465,12 @@ export class McpGateway {
   }
 
   /** A new MCP server for one client session (stdio, or one Streamable HTTP session). */
-  createServer(): Server {
-    const session = createGatewayServer(this);
+  createServer(options: GatewaySessionOptions = {}): Server {
+    refuseUnknownOptions(options, "createServer", ["principal"]);
+    if (options.principal !== undefined && typeof options.principal !== "string") {
+      throw new TypeError("principal must be a string");
+    }
+    const session = createGatewayServer(this, options.principal);
     this.sessions.add(session);
     const previous = session.server.onclose;
     session.server.onclose = () => {

@@ -37,6 +37,8 @@ export {
   DEFAULT_HTTP_HOST,
   DEFAULT_MAX_APPROVALS_PER_EXECUTION,
   DEFAULT_MAX_OUTPUT_TOKENS,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
   DEFAULT_SESSION_IDLE_MS,
 } from "./defaults.ts";
 export { DEFAULT_DECLARATIONS_MAX_TOKENS, type DeclarationsForm } from "./description.ts";
@@ -44,10 +46,21 @@ export { McpConfigError, McpToolCollisionError, McpUpstreamError } from "./error
 export {
   type GatewayExecuteOptions,
   type GatewaySearchResult,
+  type GatewaySessionOptions,
   McpGateway,
   type McpGatewayOptions,
   startMcpGateway,
 } from "./gateway.ts";
+export {
+  HTTP_RECEIVE_TIMEOUT_MS,
+  HTTP_RETRY_AFTER_S,
+  MAX_HTTP_BODY_BYTES,
+  MAX_HTTP_BODY_BYTES_PER_PRINCIPAL,
+  MAX_HTTP_BODY_BYTES_TOTAL,
+  MAX_HTTP_REQUESTS_PER_PRINCIPAL,
+  MAX_HTTP_REQUESTS_TOTAL,
+  SESSION_EVICTION_GRACE_MS,
+} from "./http-limits.ts";
 export {
   DEFAULT_SEARCH_LIMIT,
   MAX_DESCRIBE_NAMES,
@@ -56,6 +69,12 @@ export {
   MAX_SEARCH_QUERY_CHARS,
   MAX_STDIO_CALL_ARGUMENT_BYTES,
   MAX_TOOL_NAME_CHARS,
+  MAX_UPSTREAM_ANSWER_BYTES_IN_FLIGHT,
+  MAX_UPSTREAM_LIST_BYTES,
+  MAX_UPSTREAM_LIST_ITEMS,
+  MAX_UPSTREAM_MESSAGE_BYTES,
+  MAX_UPSTREAM_OWED_ANSWERS,
+  MAX_UPSTREAM_TOOLS,
 } from "./limits.ts";
 export { MCP_TOOL_SEPARATOR, mcpToolName } from "./names.ts";
 export {
@@ -71,14 +90,18 @@ export { callResultErrorMessage, callResultToValue, type McpCallResult, type Mcp
 export {
   DEFAULT_HTTP_PATH,
   type HttpServing,
-  MAX_HTTP_BODY_BYTES,
   type ServeHttpOptions,
   type ServeStdioOptions,
   type StdioServing,
   serveGatewayHttp,
   serveGatewayStdio,
 } from "./serve.ts";
-export { MAX_LOG_MESSAGES_PER_RUN, PROGRESS_HEARTBEAT_MS, PROGRESS_MIN_INTERVAL_MS } from "./session.ts";
+export {
+  MAX_LOG_CHARS_PER_RUN,
+  MAX_LOG_MESSAGES_PER_RUN,
+  PROGRESS_HEARTBEAT_MS,
+  PROGRESS_MIN_INTERVAL_MS,
+} from "./session.ts";
 export { MAX_STDIO_LINE_BYTES } from "./stdio.ts";
 export {
   countTokens,

@@ -20,3 +20,31 @@ export const MAX_RESOURCE_URI_CHARS = 8192;
  * program, before it is sent. The 2 MiB to spare are for the request around the arguments and the read chunks.
  */
 export const MAX_STDIO_CALL_ARGUMENT_BYTES = 8 * 1024 * 1024;
+/**
+ * Largest message the gateway reads from an upstream server, in bytes: over stdio the SDK's buffer (its default,
+ * `STDIO_DEFAULT_MAX_BUFFER_SIZE`), past which it closes the connection, which is started again on the next call;
+ * over HTTP one event of an event stream, or a whole JSON body, past which that response is cut off and its call
+ * fails (the connection stays).
+ */
+export const MAX_UPSTREAM_MESSAGE_BYTES = 10 * 1024 * 1024;
+/**
+ * Bytes of messages under way on one HTTP connection to an upstream server, all its responses together (a message
+ * is under way from its first byte to its end); past it, the response whose bytes came last is cut off. Over stdio,
+ * messages come one after the other on one pipe.
+ */
+export const MAX_UPSTREAM_ANSWER_BYTES_IN_FLIGHT = 4 * MAX_UPSTREAM_MESSAGE_BYTES;
+/**
+ * Most tools one upstream server may list (all pages): past it the server is down, as one that failed to list, since
+ * every tool is declared, searched and described by the gateway.
+ */
+export const MAX_UPSTREAM_TOOLS = 1000;
+/** Most resources, resource templates or prompts one upstream server may list: past it that list fails. */
+export const MAX_UPSTREAM_LIST_ITEMS = 10_000;
+/** Most characters of JSON one list of one upstream server may take, all pages together. */
+export const MAX_UPSTREAM_LIST_BYTES = 16 * 1024 * 1024;
+/**
+ * Answers to one upstream server's own requests (ping, roots/list) sent and not yet taken: past it the server is
+ * disconnected (its calls fail saying why; it is started again on the next call), since one that floods requests and
+ * reads none of the answers would make the gateway hold them all.
+ */
+export const MAX_UPSTREAM_OWED_ANSWERS = 256;

@@ -5,7 +5,7 @@ import type { AddressInfo } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import type { Readable, Writable } from "node:stream";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
+import { isInitializeRequest, type RequestId } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import {
   type Authenticator,
@@ -15,14 +15,26 @@ import {
   PROTECTED_RESOURCE_METADATA_PATH,
   sharedTokenAuthenticator,
 } from "./auth.ts";
-import { DEFAULT_HTTP_HOST, DEFAULT_SESSION_IDLE_MS } from "./defaults.ts";
+import {
+  DEFAULT_HTTP_HOST,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+  DEFAULT_SESSION_IDLE_MS,
+} from "./defaults.ts";
 import type { McpGateway } from "./gateway.ts";
-import { GatewayStdioTransport, MAX_STDIO_LINE_BYTES } from "./stdio.ts";
+import {
+  HTTP_RECEIVE_TIMEOUT_MS,
+  HTTP_RETRY_AFTER_S,
+  type HttpRefusal,
+  isRefusal,
+  RequestBudget,
+  type RequestHold,
+  SESSION_EVICTION_GRACE_MS,
+} from "./http-limits.ts";
+import { END_BYTES, GatewayStdioTransport, leadingId } from "./stdio.ts";
 
 /** Path of the MCP endpoint. */
 export const DEFAULT_HTTP_PATH = "/mcp";
-/** Largest request body accepted, in bytes (a script travels in one); the same as a message over stdio. */
-export const MAX_HTTP_BODY_BYTES = MAX_STDIO_LINE_BYTES;
 
 export interface ServeStdioOptions {
   /** Default `process.stdin`. */
@@ -96,6 +108,15 @@ export interface ServeHttpOptions {
    */
   sessionIdleMs?: number;
   /**
+   * Most open sessions of one principal (whom a token names; all clients are one principal without a token). A new
+   * session past it closes that principal's session idle longest (no request in progress, no open stream, for
+   * `SESSION_EVICTION_GRACE_MS` at least), whose client gets 404 and initializes again; with none idle, the
+   * initialize gets 429. Default `DEFAULT_MAX_SESSIONS_PER_PRINCIPAL` (32).
+   */
+  maxSessionsPerPrincipal?: number;
+  /** Most open sessions of all principals together; past it an initialize gets 503. Default `DEFAULT_MAX_SESSIONS` (256). */
+  maxSessions?: number;
+  /**
    * When set, every request must carry `Authorization: Bearer <token>`; others get 401. Anyone who can reach the
    * endpoint can otherwise run programs against the upstream tools: set one (or `oauth`) whenever it is reachable
    * from elsewhere.
@@ -112,6 +133,8 @@ const HTTP_KEYS = optionKeys<ServeHttpOptions>({
   publicUrl: true,
   allowedHosts: true,
   sessionIdleMs: true,
+  maxSessionsPerPrincipal: true,
+  maxSessions: true,
   bearerToken: true,
   oauth: true,
 });
@@ -124,6 +147,8 @@ export interface HttpServing {
   readonly metadataUrl: string;
   /** Open client sessions. */
   readonly sessions: number;
+  /** Requests in progress and the bytes of their bodies (see http-limits.ts), of `principal` or of all. */
+  held(principal?: string): { requests: number; bodyBytes: number };
   /** Ends every session and stops listening (the gateway itself is not closed). */
   close(): Promise<void>;
 }
@@ -148,6 +173,11 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   if (typeof idleMs !== "number" || !(idleMs > 0)) {
     throw new RangeError(`sessionIdleMs must be a positive number of ms (or Infinity), got ${String(idleMs)}`);
   }
+  const maxSessions = positiveCount(options.maxSessions ?? DEFAULT_MAX_SESSIONS, "maxSessions");
+  const maxPerPrincipal = positiveCount(
+    options.maxSessionsPerPrincipal ?? DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    "maxSessionsPerPrincipal",
+  );
   const token = options.bearerToken;
   if (token !== undefined && (typeof token !== "string" || !/^[\x21-\x7e]+$/.test(token))) {
     throw new TypeError("bearerToken must be a non-empty string of printable ASCII without spaces");
@@ -174,6 +204,8 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       else res.end();
     });
   });
+  // A body's bytes are held from its first chunk: a client that stops sending lets go of them this soon.
+  http.requestTimeout = HTTP_RECEIVE_TIMEOUT_MS;
   await new Promise<void>((resolve, reject) => {
     http.once("error", reject);
     http.listen(options.port, host, () => {
@@ -200,6 +232,9 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   }
 
   const sessions = new Map<string, Session>();
+  /** Every session from its initialize on (`sessions` has them once they have an id), for the caps. */
+  const open = new Set<Session>();
+  const budget = new RequestBudget();
   /** Hands a request to its session's transport, which counts as activity until the response ends. */
   const serve = (session: Session, req: IncomingMessage, res: ServerResponse, body?: unknown) => {
     session.active++;
@@ -224,7 +259,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   sweeper?.unref();
 
   const openSession = async (principal: string | undefined): Promise<Session> => {
-    const server = gateway.createServer();
+    const server = gateway.createServer(principal === undefined ? {} : { principal });
     let session: Session | undefined;
     const transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
@@ -232,7 +267,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
         if (session) sessions.set(id, session);
       },
     });
-    session = {
+    const opened: Session = {
       transport,
       active: 0,
       lastActive: performance.now(),
@@ -240,15 +275,52 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       close: async () => {
         const id = transport.sessionId;
         if (id !== undefined) sessions.delete(id);
+        open.delete(opened);
         await server.close();
       },
     };
+    session = opened;
+    open.add(opened);
     transport.onclose = () => {
       const id = transport.sessionId;
       if (id !== undefined) sessions.delete(id);
+      open.delete(opened);
     };
     await server.connect(transport);
-    return session;
+    return opened;
+  };
+
+  /**
+   * Makes room for one more session of `principal`: its session idle longest is closed when it has
+   * `maxPerPrincipal` already. Says why not when every one of them is busy, or the gateway has `maxSessions`.
+   */
+  const roomForSession = async (principal: string | undefined): Promise<HttpRefusal | undefined> => {
+    const mine = [...open].filter((session) => session.principal === principal);
+    if (mine.length >= maxPerPrincipal) {
+      const now = performance.now();
+      const idle = mine
+        .filter(
+          (session) =>
+            session.active === 0 &&
+            session.transport.sessionId !== undefined &&
+            now - session.lastActive >= SESSION_EVICTION_GRACE_MS,
+        )
+        .sort((a, b) => a.lastActive - b.lastActive)[0];
+      if (idle === undefined) {
+        return {
+          status: 429,
+          message: `Too busy: this client has ${maxPerPrincipal} sessions, none idle for ${SESSION_EVICTION_GRACE_MS / 1000} s; close one (DELETE) or try again in ${HTTP_RETRY_AFTER_S} s`,
+        };
+      }
+      await idle.close().catch(() => {});
+    }
+    if (open.size >= maxSessions) {
+      return {
+        status: 503,
+        message: `Too busy: the gateway has ${maxSessions} sessions open, the most it takes; try again in ${HTTP_RETRY_AFTER_S} s`,
+      };
+    }
+    return undefined;
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse) {
@@ -282,6 +354,14 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       principal = checked.principal.id;
     }
     if (requestUrl.pathname !== path) return reply(res, 404, `Not found: the MCP endpoint is ${path}`);
+    if (req.method !== "POST" && req.method !== "GET" && req.method !== "DELETE") {
+      res.setHeader("Allow", "GET, POST, DELETE");
+      return reply(res, 405, `Method ${req.method} is not allowed`);
+    }
+    // The request holds its body's bytes, and its place among the requests in progress, until its response ends.
+    const hold = budget.admit(principal);
+    if (isRefusal(hold)) return refuse(req, res, hold);
+    res.once("close", hold.release);
     const sessionId = header(req, "mcp-session-id");
     // A session answers only the principal that opened it: another token does not find it.
     const find = (id: string) => {
@@ -289,36 +369,42 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
       return session !== undefined && session.principal === principal ? session : undefined;
     };
     if (req.method === "POST") {
+      const read = await readBody(req, hold);
+      if ("refusal" in read) return refuse(req, res, read.refusal, read.id);
       let body: unknown;
       try {
-        body = JSON.parse(await readBody(req));
+        body = JSON.parse(read.text);
       } catch (error) {
         return reply(res, 400, `The request body is not JSON: ${(error as Error).message}`, -32700);
       }
+      const id = requestIdOf(body);
       if (sessionId !== undefined) {
         const session = find(sessionId);
-        if (session === undefined) return reply(res, 404, "Session not found: initialize a new session", -32001);
+        if (session === undefined) return reply(res, 404, "Session not found: initialize a new session", -32001, id);
         return serve(session, req, res, body);
       }
       if (!isInitializeRequest(body)) {
-        return reply(res, 400, "No session: the first request must be initialize (without an Mcp-Session-Id)");
+        return reply(
+          res,
+          400,
+          "No session: the first request must be initialize (without an Mcp-Session-Id)",
+          -32000,
+          id,
+        );
       }
+      const full = await roomForSession(principal);
+      if (full !== undefined) return refuse(req, res, full, id ?? undefined);
       const session = await openSession(principal);
       await serve(session, req, res, body);
       // An initialize that failed leaves no session behind.
       if (session.transport.sessionId === undefined) await session.close();
       return;
     }
-    if (req.method === "GET" || req.method === "DELETE") {
-      if (sessionId === undefined) return reply(res, 400, "Missing Mcp-Session-Id header");
-      const session = find(sessionId);
-      if (session === undefined) return reply(res, 404, "Session not found", -32001);
-      await serve(session, req, res);
-      if (req.method === "DELETE") await session.close();
-      return;
-    }
-    res.setHeader("Allow", "GET, POST, DELETE");
-    return reply(res, 405, `Method ${req.method} is not allowed`);
+    if (sessionId === undefined) return reply(res, 400, "Missing Mcp-Session-Id header");
+    const session = find(sessionId);
+    if (session === undefined) return reply(res, 404, "Session not found", -32001);
+    await serve(session, req, res);
+    if (req.method === "DELETE") await session.close();
   }
 
   let closing: Promise<void> | undefined;
@@ -329,6 +415,7 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
     get sessions() {
       return sessions.size;
     },
+    held: (principal) => budget.held(principal),
     close() {
       closing ??= (async () => {
         clearInterval(sweeper);
@@ -375,9 +462,26 @@ function parsePublicUrl(value: unknown): URL {
   return url;
 }
 
-function reply(res: ServerResponse, status: number, message: string, code = -32000): void {
+function reply(res: ServerResponse, status: number, message: string, code = -32000, id: RequestId | null = null): void {
   res.writeHead(status, { "content-type": "application/json" });
-  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null }));
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id }));
+}
+
+/**
+ * Answers a request the gateway does not take: 413 as an invalid request, 429 and 503 with `Retry-After`. The rest
+ * of a body left unread is dropped as it arrives, so that the client reads the answer and may send again on the same
+ * connection; past the size cap, the connection closes instead.
+ */
+function refuse(
+  req: IncomingMessage,
+  res: ServerResponse,
+  refusal: HttpRefusal,
+  id: RequestId | undefined = undefined,
+): void {
+  if (refusal.status === 413) res.setHeader("connection", "close");
+  else res.setHeader("retry-after", String(HTTP_RETRY_AFTER_S));
+  reply(res, refusal.status, refusal.message, refusal.status === 413 ? -32600 : -32000, id ?? null);
+  if (refusal.status !== 413) req.resume();
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {
@@ -402,13 +506,62 @@ function originHost(origin: string): string {
   }
 }
 
-async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_HTTP_BODY_BYTES) throw new Error(`the body is larger than ${MAX_HTTP_BODY_BYTES} bytes`);
-    chunks.push(chunk);
+/**
+ * Reads a request's body, each chunk held against the budget before it is kept (all of a declared length at its first
+ * chunk). A body past a cap is refused as soon as that is known, with the id its first bytes carry, if any.
+ */
+function readBody(
+  req: IncomingMessage,
+  hold: RequestHold,
+): Promise<{ text: string } | { refusal: HttpRefusal; id: RequestId | undefined }> {
+  const declared = Number(req.headers["content-length"]);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let held = 0;
+    let head = "";
+    const done = () => {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onError);
+    };
+    const onData = (chunk: Buffer) => {
+      if (head.length < END_BYTES) head += chunk.subarray(0, END_BYTES).toString("utf8");
+      // A declared length is held whole at the first chunk: a body that cannot fit is refused before it is read.
+      const wanted = Math.max(size + chunk.length, size === 0 && Number.isSafeInteger(declared) ? declared : 0);
+      const refusal = wanted > held ? hold.grow(wanted - held) : undefined;
+      if (refusal !== undefined) {
+        done();
+        resolve({ refusal, id: leadingId(head) });
+        return;
+      }
+      held = Math.max(held, wanted);
+      size += chunk.length;
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      done();
+      resolve({ text: Buffer.concat(chunks, size).toString("utf8") });
+    };
+    const onError = (error: Error) => {
+      done();
+      reject(error);
+    };
+    req.on("data", onData);
+    req.once("end", onEnd);
+    req.once("error", onError);
+  });
+}
+
+/** The id of a request body that is one JSON-RPC request, for the error that answers it; null otherwise. */
+function requestIdOf(body: unknown): RequestId | null {
+  const id = (body as { id?: unknown } | null)?.id;
+  return typeof id === "string" || Number.isSafeInteger(id) ? (id as RequestId) : null;
+}
+
+function positiveCount(value: unknown, name: string): number {
+  if (!Number.isSafeInteger(value) || (value as number) < 1) {
+    throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
   }
-  return Buffer.concat(chunks).toString("utf8");
+  return value as number;
 }

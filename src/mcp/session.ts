@@ -43,6 +43,12 @@ export const PROGRESS_MIN_INTERVAL_MS = 250;
 export const PROGRESS_HEARTBEAT_MS = 5_000;
 /** Most console lines of one run sent as log messages; the rest are only in the result. */
 export const MAX_LOG_MESSAGES_PER_RUN = 1_000;
+/**
+ * Most characters of console lines one run sends as log messages; the rest are only in the result. A client that
+ * does not read its response stream makes the gateway hold what is written to it, up to this (a program may print
+ * `MAX_OUTPUT_CHARS`, 16 MiB).
+ */
+export const MAX_LOG_CHARS_PER_RUN = 256 * 1024;
 
 /** The tools' names, for the error of an unknown one. */
 const TOOL_NAMES = ["search", "describe", "execute"];
@@ -56,7 +62,7 @@ export interface GatewaySession {
 
 type Notify = (notification: ServerNotification) => Promise<void>;
 
-export function createGatewayServer(gateway: McpGateway): GatewaySession {
+export function createGatewayServer(gateway: McpGateway, principal?: string): GatewaySession {
   const server = new Server(gateway.serverInfo, {
     capabilities: {
       tools: { listChanged: true },
@@ -110,6 +116,7 @@ export function createGatewayServer(gateway: McpGateway): GatewaySession {
             ...(meta === undefined ? {} : { meta }),
             caller: sessionAsker(server, extra.requestId),
             ...(args.resume === undefined ? {} : { resume: args.resume as string }),
+            ...(principal === undefined ? {} : { principal }),
           })) as CallToolResult;
         } finally {
           reporter.end();
@@ -280,7 +287,8 @@ function severity(level: LoggingLevel): number {
 /**
  * Reports one run while it runs, on the request's own stream: progress notifications (when the request carried a
  * progress token), at most one per `PROGRESS_MIN_INTERVAL_MS` and at least one per `PROGRESS_HEARTBEAT_MS`; and its
- * console lines as log messages (when the client asked for info-level logs), up to `MAX_LOG_MESSAGES_PER_RUN`.
+ * console lines as log messages (when the client asked for info-level logs), up to `MAX_LOG_MESSAGES_PER_RUN` lines
+ * and `MAX_LOG_CHARS_PER_RUN` characters.
  */
 class RunReporter {
   private progress = 0;
@@ -288,6 +296,7 @@ class RunReporter {
   private done = 0;
   private lines = 0;
   private logged = 0;
+  private loggedChars = 0;
   private lastSent = 0;
   private pending: ReturnType<typeof setTimeout> | undefined;
   private readonly heartbeat: ReturnType<typeof setInterval> | undefined;
@@ -320,10 +329,14 @@ class RunReporter {
       this.lines++;
       if (event.item.console === true && this.logging() && this.logged < MAX_LOG_MESSAGES_PER_RUN) {
         this.logged++;
-        const data =
-          this.logged === MAX_LOG_MESSAGES_PER_RUN
-            ? `${event.item.text}\n(further console output is only in the result)`
+        this.loggedChars += event.item.text.length;
+        const last = this.logged === MAX_LOG_MESSAGES_PER_RUN || this.loggedChars > MAX_LOG_CHARS_PER_RUN;
+        if (last) this.logged = MAX_LOG_MESSAGES_PER_RUN;
+        const line =
+          this.loggedChars > MAX_LOG_CHARS_PER_RUN
+            ? event.item.text.slice(0, Math.max(0, MAX_LOG_CHARS_PER_RUN - (this.loggedChars - event.item.text.length)))
             : event.item.text;
+        const data = last ? `${line}\n(further console output is only in the result)` : line;
         this.notify({ method: "notifications/message", params: { level: "info", logger: "console", data } }).catch(
           () => {},
         );

@@ -12,7 +12,7 @@ import { type JSONRPCMessage, JSONRPCMessageSchema, type RequestId } from "@mode
 export const MAX_STDIO_LINE_BYTES = 32 * 1024 * 1024;
 
 /** Bytes kept of each end of a line too long to parse, to find its id in. */
-const END_BYTES = 1024;
+export const END_BYTES = 1024;
 
 export class GatewayStdioTransport implements Transport {
   onclose?: () => void;
@@ -149,7 +149,7 @@ function invalidReason(request: object): string {
  * The id of a message whose text starts with its id, after only `jsonrpc` or `method` (as clients write them): found
  * there it is the top-level id, not one nested in the params.
  */
-function leadingId(head: string): RequestId | undefined {
+export function leadingId(head: string): RequestId | undefined {
   const match = /^\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*\s*"id"\s*:\s*(-?\d+|"[^"\\]*")\s*[,}]/.exec(
     head,
   );

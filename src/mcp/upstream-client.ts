@@ -13,6 +13,7 @@ import { ErrorCode, ListRootsRequestSchema, McpError, type Root } from "@modelco
 import { watchAnswerStreams } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
+import { MAX_UPSTREAM_MESSAGE_BYTES, MAX_UPSTREAM_OWED_ANSWERS } from "./limits.ts";
 
 /** How long a stdio server has to exit by itself after its stdin was closed, before it gets SIGTERM. */
 export const STDIO_EXIT_GRACE_MS = 300;
@@ -63,6 +64,7 @@ export async function openClient(spec: McpServerSpec, hooks: ClientHooks, stderr
       env: spec.env,
       ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }),
       stderr: "pipe",
+      maxBufferSize: MAX_UPSTREAM_MESSAGE_BYTES,
     });
     stdio.stderr?.on("data", (chunk: Buffer | string) => hooks.onStderr(chunk.toString()));
     transport = stdio;
@@ -88,6 +90,12 @@ export async function openClient(spec: McpServerSpec, hooks: ClientHooks, stderr
       );
     };
   }
+  owedAnswers(transport, () =>
+    hooks.onMalformed(
+      client,
+      `more than ${MAX_UPSTREAM_OWED_ANSWERS} requests whose answers it did not take (MAX_UPSTREAM_OWED_ANSWERS)`,
+    ),
+  );
   client.onclose = () => {
     closedClients.add(client);
     hooks.onClosed(client);
@@ -104,10 +112,39 @@ export async function openClient(spec: McpServerSpec, hooks: ClientHooks, stderr
 }
 
 /**
+ * Counts the answers to a server's own requests (ping, roots/list) that are sent but not yet taken: written to a
+ * stdio server's stdin and not read, or POSTed to an HTTP server and not answered. A server that floods requests and
+ * never takes the answers would otherwise make the gateway hold every one of them: past `MAX_UPSTREAM_OWED_ANSWERS`,
+ * `onFlood` drops the connection.
+ */
+function owedAnswers(transport: Transport, onFlood: () => void): void {
+  const send = transport.send.bind(transport);
+  let owed = 0;
+  transport.send = async (message, options) => {
+    if ("method" in message) return send(message, options);
+    if (owed >= MAX_UPSTREAM_OWED_ANSWERS) {
+      onFlood();
+      throw new Error("the server takes no more answers");
+    }
+    owed++;
+    try {
+      return await send(message, options);
+    } finally {
+      owed--;
+    }
+  };
+}
+
+/**
  * A message that is not JSON-RPC is dropped by the SDK, and the call it answered would wait until its deadline: the
- * server is disconnected instead (started again on the next call), which fails its calls now, saying why.
+ * server is disconnected instead (started again on the next call), which fails its calls now, saying why. So is a
+ * stdio server whose message passed the SDK's buffer (`MAX_UPSTREAM_MESSAGE_BYTES`), which the SDK closes itself.
  */
 function malformed(client: Client, error: Error, hooks: ClientHooks): boolean {
+  if (/^ReadBuffer exceeded maximum size/.test(error.message)) {
+    hooks.onMalformed(client, `a message longer than ${MAX_UPSTREAM_MESSAGE_BYTES} bytes (MAX_UPSTREAM_MESSAGE_BYTES)`);
+    return true;
+  }
   if (!(error instanceof SyntaxError) && error.name !== "ZodError") return false;
   hooks.onMalformed(client, error.name === "ZodError" ? "a message that is not JSON-RPC" : "a line that is not JSON");
   return true;

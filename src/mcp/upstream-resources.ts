@@ -27,9 +27,11 @@ interface PromptRoute {
 }
 
 export class UpstreamResources {
-  private readonly uris = new Map<string, string>();
+  // What the latest lists said: each listing replaces them (a server that failed to list keeps its own), so that a
+  // server listing new names each time does not grow them.
+  private uris = new Map<string, string>();
   private templates: { server: string; pattern: RegExp }[] = [];
-  private readonly prompts = new Map<string, PromptRoute>();
+  private prompts = new Map<string, PromptRoute>();
 
   constructor(private readonly toolset: McpToolset) {}
 
@@ -44,6 +46,7 @@ export class UpstreamResources {
       this.serving("resources").map(async (u) => [u, await u.listResources()] as const),
     );
     const out: Resource[] = [];
+    const uris = kept(this.uris, listed, (server) => server);
     const seen = new Set<string>();
     for (const result of listed) {
       if (result.status === "rejected") continue;
@@ -51,7 +54,7 @@ export class UpstreamResources {
       for (const resource of resources) {
         if (seen.has(resource.uri)) continue;
         seen.add(resource.uri);
-        this.uris.set(resource.uri, upstream.name);
+        uris.set(resource.uri, upstream.name);
         out.push({
           ...resource,
           name: namespaced(upstream.name, resource.name),
@@ -59,6 +62,7 @@ export class UpstreamResources {
         });
       }
     }
+    this.uris = uris;
     return out;
   }
 
@@ -107,16 +111,18 @@ export class UpstreamResources {
       this.serving("prompts").map(async (u) => [u, await u.listPrompts()] as const),
     );
     const out: Prompt[] = [];
+    const routes = kept(this.prompts, listed, (route) => route.server);
     for (const result of listed) {
       if (result.status === "rejected") continue;
       const [upstream, prompts] = result.value;
       for (const prompt of prompts) {
         const name = namespaced(upstream.name, prompt.name);
-        if (this.prompts.has(name) && this.prompts.get(name)?.server !== upstream.name) continue;
-        this.prompts.set(name, { server: upstream.name, name: prompt.name });
+        if (routes.has(name) && routes.get(name)?.server !== upstream.name) continue;
+        routes.set(name, { server: upstream.name, name: prompt.name });
         out.push({ ...prompt, name, ...sourceOf(upstream.name, prompt) });
       }
     }
+    this.prompts = routes;
     return out;
   }
 
@@ -151,6 +157,16 @@ export class UpstreamResources {
   private matchTemplate(uri: string): string | undefined {
     return this.templates.find((template) => template.pattern.test(uri))?.server;
   }
+}
+
+/** The entries of `map` whose server was not listed this time (it failed to list): they stand until it lists again. */
+function kept<T>(
+  map: Map<string, T>,
+  listed: PromiseSettledResult<readonly [McpUpstream, unknown]>[],
+  serverOf: (value: T) => string,
+): Map<string, T> {
+  const fresh = new Set(listed.flatMap((result) => (result.status === "fulfilled" ? [result.value[0].name] : [])));
+  return new Map([...map].filter(([, value]) => !fresh.has(serverOf(value))));
 }
 
 /** A resource's or prompt's name as the gateway lists it: `<server>__<name>`, the name as the server gave it. */

@@ -19,9 +19,10 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { traceMeta } from "../tracing/index.ts";
-import { unansweredReason } from "./answer-streams.ts";
+import { answerCutReason, unansweredReason } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
 import { McpUpstreamError } from "./errors.ts";
+import { MAX_UPSTREAM_LIST_BYTES, MAX_UPSTREAM_LIST_ITEMS, MAX_UPSTREAM_TOOLS } from "./limits.ts";
 import {
   type ClientHooks,
   clientPid,
@@ -109,6 +110,22 @@ export interface McpCallOptions {
   repeatable?: boolean;
 }
 
+/** The lists a server has, by the name its errors give them. */
+type ListName = "tools" | "resources" | "resource templates" | "prompts";
+
+/** A listing under way, and the one asked for since it began. */
+interface Listing {
+  running: Promise<unknown[]>;
+  next?: Promise<unknown[]>;
+}
+
+/** Asks for one page of a list. */
+type Pager<T> = (
+  client: Client,
+  params: { cursor?: string },
+  options: { timeout: number },
+) => Promise<{ items: T[]; next?: string | undefined }>;
+
 /** "unanswered": the server ended or broke the stream of this one answer, and still answers a ping. */
 type Failure = "not-sent" | "lost" | "unanswered" | "other";
 
@@ -139,6 +156,12 @@ export class McpUpstream {
   private readonly retryMaxMs: number;
   /** Marks the errors written for answers a server's stream did not carry (see answer-streams.ts). */
   private readonly unansweredMarker = randomUUID();
+  /**
+   * The listing of each list under way, and the one asked for since it began: every caller asking meanwhile waits
+   * for that next one, so that a flood of `list_changed` notifications or of clients' `resources/list` requests
+   * holds at most one list of each kind being read.
+   */
+  private readonly listings = new Map<ListName, Listing>();
 
   constructor(
     spec: McpServerSpec,
@@ -202,21 +225,21 @@ export class McpUpstream {
 
   /** Every tool of the server, following `tools/list` pagination. */
   listTools(): Promise<Tool[]> {
-    return this.listAll("tools", "tools", (client, params, options) =>
+    return this.list("tools", "tools", (client, params, options) =>
       client.listTools(params, options).then((page) => ({ items: page.tools, next: page.nextCursor })),
     );
   }
 
   /** Every resource of the server (empty when it has none). */
   listResources(): Promise<Resource[]> {
-    return this.listAll("resources", "resources", (client, params, options) =>
+    return this.list("resources", "resources", (client, params, options) =>
       client.listResources(params, options).then((page) => ({ items: page.resources, next: page.nextCursor })),
     );
   }
 
   /** Every resource template of the server (empty when it has none). */
   listResourceTemplates(): Promise<ResourceTemplate[]> {
-    return this.listAll("resources", "resource templates", (client, params, options) =>
+    return this.list("resource templates", "resources", (client, params, options) =>
       client
         .listResourceTemplates(params, options)
         .then((page) => ({ items: page.resourceTemplates, next: page.nextCursor })),
@@ -225,7 +248,7 @@ export class McpUpstream {
 
   /** Every prompt of the server (empty when it has none). */
   listPrompts(): Promise<Prompt[]> {
-    return this.listAll("prompts", "prompts", (client, params, options) =>
+    return this.list("prompts", "prompts", (client, params, options) =>
       client.listPrompts(params, options).then((page) => ({ items: page.prompts, next: page.nextCursor })),
     );
   }
@@ -359,6 +382,8 @@ export class McpUpstream {
       return await request.send(client, signal);
     } catch (error) {
       if (signal?.aborted) throw signal.reason ?? error;
+      // Its answer was too long to read: the same call would bring the same answer.
+      if (answerCutReason(error, this.unansweredMarker) !== undefined) throw this.callError(request.what, error);
       let failure: Failure = unansweredReason(error, this.unansweredMarker)
         ? (await this.answersPing(client))
           ? "unanswered"
@@ -393,22 +418,40 @@ export class McpUpstream {
     }
   }
 
+  /** A listing that begins after this call (see `listings`): the one asked for already, or a new one. */
+  private list<T>(what: ListName, capability: "tools" | "resources" | "prompts", page: Pager<T>): Promise<T[]> {
+    const under = this.listings.get(what);
+    if (under?.next !== undefined) return under.next as Promise<T[]>;
+    const start = (): Promise<T[]> => {
+      const running = this.listAll(capability, what, page);
+      const entry: Listing = { running };
+      this.listings.set(what, entry);
+      const done = () => {
+        if (this.listings.get(what) === entry && entry.next === undefined) this.listings.delete(what);
+      };
+      running.then(done, done);
+      return running;
+    };
+    if (under === undefined) return start();
+    under.next = under.running.then(start, start);
+    return under.next as Promise<T[]>;
+  }
+
   /**
    * Every item of a list (nothing when the server lacks the capability), its pages followed to the end; a server that
-   * never ends or repeats a cursor is refused.
+   * never ends or repeats a cursor, or whose list passes `MAX_UPSTREAM_TOOLS` (tools) or `MAX_UPSTREAM_LIST_ITEMS`
+   * items, or `MAX_UPSTREAM_LIST_BYTES` of JSON, is refused.
    */
   private async listAll<T>(
     capability: "tools" | "resources" | "prompts",
-    what: string,
-    page: (
-      client: Client,
-      params: { cursor?: string },
-      options: { timeout: number },
-    ) => Promise<{ items: T[]; next?: string | undefined }>,
+    what: ListName,
+    page: Pager<T>,
   ): Promise<T[]> {
     const client = await this.ensureClient();
     if (client.getServerCapabilities()?.[capability] === undefined) return [];
+    const most = what === "tools" ? MAX_UPSTREAM_TOOLS : MAX_UPSTREAM_LIST_ITEMS;
     const items: T[] = [];
+    let bytes = 0;
     const cursors = new Set<string>();
     let cursor: string | undefined;
     for (let n = 0; ; n++) {
@@ -430,6 +473,16 @@ export class McpUpstream {
             cause: error,
           },
         );
+      }
+      bytes += JSON.stringify(result.items).length;
+      if (items.length + result.items.length > most || bytes > MAX_UPSTREAM_LIST_BYTES) {
+        const cap =
+          bytes > MAX_UPSTREAM_LIST_BYTES
+            ? `more than ${MAX_UPSTREAM_LIST_BYTES} characters of JSON (MAX_UPSTREAM_LIST_BYTES)`
+            : `more than ${most} ${what} (${what === "tools" ? "MAX_UPSTREAM_TOOLS" : "MAX_UPSTREAM_LIST_ITEMS"})`;
+        throw new McpUpstreamError(this.name, `server "${this.name}" lists ${cap}`, "", {
+          reason: `lists ${cap}`,
+        });
       }
       items.push(...result.items);
       cursor = result.next;
@@ -489,8 +542,20 @@ export class McpUpstream {
     );
   }
 
-  /** A failed call as the script sees it: an HTTP error status is the server's answer, so it is named. */
+  /**
+   * A failed call as the script sees it: an HTTP error status is the server's answer, so it is named, and so is an
+   * answer cut off for its length.
+   */
   private callError(what: string, error: unknown): unknown {
+    const cut = answerCutReason(error, this.unansweredMarker);
+    if (cut !== undefined) {
+      return new McpUpstreamError(
+        this.name,
+        `server "${this.name}" answered the call of ${what} with more than the gateway reads: ${cut}; it was cut off there, and the call was not sent again`,
+        "",
+        { cause: error },
+      );
+    }
     if (!(error instanceof StreamableHTTPError)) return error;
     const detail = error.message.replace(/^Streamable HTTP error: /, "");
     const status = (error.code ?? -1) > 0 ? `HTTP ${error.code}` : "an error";

@@ -73,6 +73,8 @@ export interface WaitingRunInput {
   signal?: AbortSignal;
   sandbox: CodemodeSandboxBase;
   resume?: string;
+  /** Who started it (the client's principal): its journal is kept under the scope with `client` set to it. */
+  principal?: string;
 }
 
 /** The script's own end (to be formatted as any run's), or the gateway's answer instead (waiting, refused). */
@@ -124,7 +126,10 @@ export class WaitingRuns {
     }
     const { tools, program } = scriptProgram(input.code, input.timeoutMs, sandbox);
     const id = resume ?? `gw-${randomUUID()}`;
-    const context = { runId: id, executionId: id, scope: this.scope };
+    // A run belongs to the principal that started it: another one's resume finds no such run.
+    const scope =
+      input.principal === undefined ? this.scope : Object.freeze({ ...this.scope, client: input.principal });
+    const context = { runId: id, executionId: id, scope };
     // The session's stored values as the run first saw them: kept in its journal, so that a resume (from any
     // session or process) replays with the very same.
     let start: unknown = input.values;
@@ -134,7 +139,7 @@ export class WaitingRuns {
     if (resume !== undefined) {
       let journal: CallJournalView | undefined;
       try {
-        journal = await readCallJournal(this.options.store, this.scope, resume);
+        journal = await readCallJournal(this.options.store, scope, resume);
       } catch {
         return { answer: refusal("STORAGE_UNAVAILABLE", "the gateway's store could not be read") };
       }
@@ -203,7 +208,7 @@ export class WaitingRuns {
         : await this.approvals.resume(program, canonical, context, attempt, adapter);
     if (outcome.status === "waiting") {
       const still = resume !== undefined && outcome.approval.digest === waitedOn;
-      return { answer: await this.waitingAnswer(outcome, id, tools, still) };
+      return { answer: await this.waitingAnswer(outcome, scope, id, tools, still) };
     }
     // The script ran to its own end, success or failure: formatted as any run is.
     if ((outcome.status === "succeeded" || outcome.error.code === "TOOL_FAILED") && ran !== undefined) {
@@ -227,12 +232,13 @@ export class WaitingRuns {
    */
   private async waitingAnswer(
     outcome: WaitingOutcome,
+    scope: Scope,
     id: string,
     tools: ReadonlyMap<string, CodemodeTool>,
     still: boolean,
   ): Promise<McpToolResult> {
     const { approval } = outcome;
-    const journal = await readCallJournal(this.options.store, this.scope, id).catch(() => undefined);
+    const journal = await readCallJournal(this.options.store, scope, id).catch(() => undefined);
     const args = journal?.pending?.digest === approval.digest ? journal.pending.input : undefined;
     const n = Number(approval.callId.slice(approval.callId.lastIndexOf(":") + 1));
     const node = `call:${n}`;

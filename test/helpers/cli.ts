@@ -1,5 +1,5 @@
 /** Runs the built `airlock` CLI (dist/cli/main.js) as a child process, the way a shell would. */
-import { type ChildProcess, execFile } from "node:child_process";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -82,4 +82,48 @@ export function tempDir(files: Record<string, string> = {}): { dir: string; clea
   const dir = mkdtempSync(join(tmpdir(), "airlock-cli-"));
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** `airlock serve --http` running from its build, until `stop()`. */
+export interface HttpGatewayProcess {
+  /** The endpoint it listens on, as it said on stderr. */
+  url: string;
+  pid: number;
+  /** What it wrote to stderr so far. */
+  log(): string;
+  /** SIGTERM, and its exit. */
+  stop(): Promise<void>;
+}
+
+/** Starts `airlock serve --config <config> --http 0 ...flags` and resolves once it listens (or fails saying why not). */
+export async function serveHttpCli(config: string, flags: string[] = []): Promise<HttpGatewayProcess> {
+  assertCliBuilt();
+  let log = "";
+  const child: ChildProcess = spawn(process.execPath, [CLI, "serve", "--config", config, "--http", "0", ...flags], {
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, NODE_OPTIONS: "" },
+  });
+  child.stderr?.setEncoding("utf8");
+  child.stderr?.on("data", (chunk: string) => {
+    log += chunk;
+  });
+  const deadline = Date.now() + 60_000;
+  while (!/listening on \S+/.test(log)) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`airlock serve did not listen; it wrote:\n${log}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return {
+    url: /listening on (\S+)/.exec(log)?.[1] ?? "",
+    pid: child.pid as number,
+    log: () => log,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
 }
