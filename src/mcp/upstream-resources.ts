@@ -13,6 +13,7 @@ import {
   type Resource,
   type ResourceTemplate,
 } from "@modelcontextprotocol/sdk/types.js";
+import { nodeBuiltin } from "../engine/platform.ts";
 import { MCP_TOOL_SEPARATOR } from "./names.ts";
 import type { McpToolset } from "./toolset.ts";
 import type { McpUpstream } from "./upstream.ts";
@@ -30,7 +31,7 @@ export class UpstreamResources {
   // What the latest lists said: each listing replaces them (a server that failed to list keeps its own), so that a
   // server listing new names each time does not grow them.
   private uris = new Map<string, string>();
-  private templates: { server: string; pattern: RegExp }[] = [];
+  private templates: { server: string; pattern: TemplatePattern }[] = [];
   private prompts = new Map<string, PromptRoute>();
 
   constructor(private readonly toolset: McpToolset) {}
@@ -72,7 +73,7 @@ export class UpstreamResources {
       this.serving("resources").map(async (u) => [u, await u.listResourceTemplates()] as const),
     );
     const out: ResourceTemplate[] = [];
-    const templates: { server: string; pattern: RegExp }[] = [];
+    const templates: { server: string; pattern: TemplatePattern }[] = [];
     for (const result of listed) {
       if (result.status === "rejected") continue;
       const [upstream, list] = result.value;
@@ -154,8 +155,19 @@ export class UpstreamResources {
     return upstream;
   }
 
+  /**
+   * The server of the first template that matches `uri`. Both are chosen by others (the template by a server, the URI
+   * by a client), so the work is bounded: a template's literal start is compared first, and at most
+   * MAX_TEMPLATE_CHECKS patterns, each linear in the URI, are tried.
+   */
   private matchTemplate(uri: string): string | undefined {
-    return this.templates.find((template) => template.pattern.test(uri))?.server;
+    let checks = 0;
+    for (const { server, pattern } of this.templates) {
+      if (!uri.startsWith(pattern.prefix)) continue;
+      if (pattern.regex === undefined || pattern.regex.test(uri)) return server;
+      if (++checks === MAX_TEMPLATE_CHECKS) return undefined;
+    }
+    return undefined;
   }
 }
 
@@ -187,17 +199,31 @@ function unknownServer(server: string, toolset: McpToolset): never {
   );
 }
 
-/** Most characters of a URI template turned into a pattern: a longer one is not matched. */
-const MAX_TEMPLATE_CHARS = 2000;
+/** Most characters, and variables, of a URI template that is matched: a larger one is listed but routes nothing. */
+const MAX_TEMPLATE_CHARS = 512;
+const MAX_TEMPLATE_VARIABLES = 16;
+/** Most template patterns tried for one URI (those whose literal start it has). */
+export const MAX_TEMPLATE_CHECKS = 8;
+
+/** What a URI must start with, and the whole pattern where a linear-time one can be made (undefined: the start only). */
+export interface TemplatePattern {
+  prefix: string;
+  regex: RegExp | undefined;
+}
 
 /**
  * A pattern matching the URIs an RFC 6570 template expands to: `{var}` one path segment (no `/`), `{+var}` and
- * `{#var}` anything, other operators a run of characters without `/`. Undefined for a template that is too long.
+ * `{#var}` anything, other operators a run of characters without `/`. Undefined for a template that is too large.
+ * The expression runs on V8's linear-time engine: a backtracking one takes exponential time over a template of several
+ * `{+var}` and a long URI (30 of them over 40 characters: 50 s).
  */
-export function templatePattern(template: string): RegExp | undefined {
+export function templatePattern(template: string): TemplatePattern | undefined {
   if (template.length > MAX_TEMPLATE_CHARS) return undefined;
   let source = "";
   let rest = template;
+  let variables = 0;
+  const open = template.indexOf("{");
+  const prefix = open === -1 ? template : template.slice(0, open);
   for (;;) {
     const open = rest.indexOf("{");
     if (open === -1) {
@@ -205,13 +231,31 @@ export function templatePattern(template: string): RegExp | undefined {
       break;
     }
     const close = rest.indexOf("}", open);
-    if (close === -1) return undefined;
+    if (close === -1 || ++variables > MAX_TEMPLATE_VARIABLES) return undefined;
     source += escapeRegExp(rest.slice(0, open));
     const operator = rest[open + 1];
     source += operator === "+" || operator === "#" ? ".*" : "[^/]*";
     rest = rest.slice(close + 1);
   }
-  return new RegExp(`^${source}$`, "s");
+  return { prefix, regex: linearRegExp(`^${source}$`) };
+}
+
+let linearEngine: boolean | undefined;
+
+/** `source` compiled for V8's linear-time engine (its `l` flag, enabled on first need); undefined where there is none. */
+function linearRegExp(source: string): RegExp | undefined {
+  if (linearEngine === undefined) {
+    linearEngine = false;
+    try {
+      nodeBuiltin<{ setFlagsFromString(flags: string): void }>("v8")?.setFlagsFromString(
+        "--enable-experimental-regexp-engine",
+      );
+      linearEngine = new RegExp("a", "l").test("a");
+    } catch {
+      // No linear engine (not V8): templates route by their literal start only.
+    }
+  }
+  return linearEngine ? new RegExp(source, "ls") : undefined;
 }
 
 function escapeRegExp(text: string): string {
