@@ -250,6 +250,7 @@ function linearRegExp(source: string): RegExp | undefined {
       nodeBuiltin<{ setFlagsFromString(flags: string): void }>("v8")?.setFlagsFromString(
         "--enable-experimental-regexp-engine",
       );
+      // biome-ignore lint/complexity/useRegexLiterals: a literal with the `l` flag fails to parse where it is not enabled
       linearEngine = new RegExp("a", "l").test("a");
     } catch {
       // No linear engine (not V8): templates route by their literal start only.
