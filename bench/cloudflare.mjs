@@ -33,7 +33,7 @@ const [agent, airlock, pi] = await Promise.all([
   bundle("airlock-sandbox.ts"),
   bundle("pi-sandbox.ts"),
 ]);
-const airlockWasm = readFileSync(new URL("../dist/engine/quickjs-tracked.wasm", here));
+const airlockWasm = readFileSync(new URL("../dist/engine/wasm/quickjs-tracked.wasm", here));
 const piWasm = readFileSync(require.resolve("quickjs-wasi/quickjs.wasm"));
 const compatibilityDate = "2026-04-22";
 const mf = new Miniflare({
@@ -55,7 +55,7 @@ const mf = new Miniflare({
       modulesRoot: ROOT,
       modules: [
         { type: "ESModule", path: `${ROOT}/cloudflare/airlock.js`, contents: airlock },
-        { type: "CompiledWasm", path: `${ROOT}/engine/quickjs-tracked.wasm`, contents: airlockWasm },
+        { type: "CompiledWasm", path: `${ROOT}/engine/wasm/quickjs-tracked.wasm`, contents: airlockWasm },
       ],
       durableObjects: { AIRLOCK: "AirlockSandbox" },
     },

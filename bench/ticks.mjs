@@ -7,9 +7,9 @@ import { createRequire } from "node:module";
 
 const M = await import("../dist/index.js");
 const rounds = Number(process.env.TICKS_BENCH_ROUNDS ?? 15);
-const { catchableOutOfMemory } = await import("../dist/engine/catchable-oom.js");
-const { pollInterruptsOften } = await import("../dist/engine/interrupt-poll.js");
-const { instrumentWrites } = await import("../dist/engine/write-tracking.js");
+const { catchableOutOfMemory } = await import("../dist/engine/wasm/catchable-oom.js");
+const { pollInterruptsOften } = await import("../dist/engine/wasm/interrupt-poll.js");
+const { instrumentWrites } = await import("../dist/engine/wasm/write-tracking.js");
 const src = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
 const noTicks = new WebAssembly.Module(instrumentWrites(pollInterruptsOften(catchableOutOfMemory(src))));
 const echo = { name: "echo", execute: async (x) => x };

@@ -16,7 +16,7 @@ import { Tiktoken } from "js-tiktoken/lite";
 import cl100k_base from "js-tiktoken/ranks/cl100k_base";
 import o200k_base from "js-tiktoken/ranks/o200k_base";
 import { describeTool, INDEX_THRESHOLD_TOOLS, renderDeclarations } from "../dist/declarations/index.js";
-import { McpGateway } from "../dist/mcp/index.js";
+import { McpGateway } from "../dist/mcp.js";
 import { runtime } from "./lib.mjs";
 import { buildCatalog, catalogServers } from "./tokens-catalog.mjs";
 

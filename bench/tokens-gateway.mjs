@@ -18,7 +18,7 @@ import { Tiktoken } from "js-tiktoken/lite";
 import cl100k_base from "js-tiktoken/ranks/cl100k_base";
 import o200k_base from "js-tiktoken/ranks/o200k_base";
 import { renderToolSignatures } from "../dist/declarations/index.js";
-import { McpGateway, McpToolset } from "../dist/mcp/index.js";
+import { McpGateway, McpToolset } from "../dist/mcp.js";
 import { runtime } from "./lib.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));

@@ -17,15 +17,9 @@ export {
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
 export { MAX_JOURNAL_CLOCK_READS } from "./engine/protocol.ts";
-export type {
-  CodemodeRemoteExchange,
-  CodemodeRemoteMessage,
-  CodemodeRemoteReply,
-  CodemodeRemoteRequest,
-} from "./engine/remote.ts";
 export { MAX_BATCH_CHARS } from "./engine/serve.ts";
-export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm.ts";
-export { WasmRewriteError } from "./engine/wasm-binary.ts";
+export { WasmRewriteError } from "./engine/wasm/binary.ts";
+export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm/load.ts";
 export { MAX_JOURNAL_CHARS } from "./host/journal.ts";
 export { DEFAULT_GUEST_MEMORY_SHARE } from "./host/memory-budget.ts";
 export {
@@ -36,24 +30,22 @@ export {
   STUCK_AFTER_MS,
   WARM_RUNS,
 } from "./host/pool.ts";
-export type { CodemodeRemote } from "./host/remote.ts";
-export { MAX_POOL_SIZE_PER_CORE } from "./host/worker-pool.ts";
-export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
+export { isIdentifier, toCodemodeIdentifier } from "./platform/identifier.ts";
 export * from "./process/index.ts";
-export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
-export {
-  CodemodeSandbox,
-  type CodemodeSandboxOptions,
-  DEFAULT_VMS_PER_THREAD,
-  InlineCodemodeSandbox,
-  type InlineCodemodeSandboxOptions,
-} from "./sandbox/codemode.ts";
+export type { CodemodeRemote } from "./remote/channel.ts";
 export {
   type CodemodeServeOptions,
   RemoteCodemodeSandbox,
   type RemoteCodemodeSandboxOptions,
   serveCodemodeRemote,
-} from "./sandbox/remote.ts";
+} from "./remote/sandbox.ts";
+export type {
+  CodemodeRemoteExchange,
+  CodemodeRemoteMessage,
+  CodemodeRemoteReply,
+  CodemodeRemoteRequest,
+} from "./remote/vm-side.ts";
+export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
 export * from "./source/index.ts";
 export * from "./tools/index.ts";
 export {
@@ -64,3 +56,11 @@ export {
   tracingAvailable,
 } from "./tracing/index.ts";
 export type * from "./types.ts";
+export { MAX_POOL_SIZE_PER_CORE } from "./worker/launcher.ts";
+export {
+  CodemodeSandbox,
+  type CodemodeSandboxOptions,
+  DEFAULT_VMS_PER_THREAD,
+  InlineCodemodeSandbox,
+  type InlineCodemodeSandboxOptions,
+} from "./worker/sandbox.ts";

@@ -24,24 +24,29 @@ export {
   MAX_STORE_VALUE_CHARS,
   MAX_VALUE_CHARS,
 } from "./engine/limits.ts";
+export { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES } from "./engine/rpc-bytes.ts";
+export { MAX_BATCH_CHARS } from "./engine/serve.ts";
+export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./inline/sandbox.ts";
+export { isIdentifier, toCodemodeIdentifier } from "./platform/identifier.ts";
+export {
+  type CodemodeRemote,
+  REMOTE_BOOT_TIMEOUT_MS,
+  REMOTE_POLL_MS,
+  type RemoteSandboxStub,
+} from "./remote/channel.ts";
+export {
+  type CodemodeServeOptions,
+  RemoteCodemodeSandbox,
+  type RemoteCodemodeSandboxOptions,
+  serveCodemodeRemote,
+} from "./remote/sandbox.ts";
 export type {
   CodemodeRemoteExchange,
   CodemodeRemoteMessage,
   CodemodeRemoteReply,
   CodemodeRemoteRequest,
   RemoteExchange,
-} from "./engine/remote.ts";
-export { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES } from "./engine/rpc-bytes.ts";
-export { MAX_BATCH_CHARS } from "./engine/serve.ts";
-export { type CodemodeRemote, REMOTE_BOOT_TIMEOUT_MS, REMOTE_POLL_MS, type RemoteSandboxStub } from "./host/remote.ts";
-export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
+} from "./remote/vm-side.ts";
 export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
-export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./sandbox/inline.ts";
-export {
-  type CodemodeServeOptions,
-  RemoteCodemodeSandbox,
-  type RemoteCodemodeSandboxOptions,
-  serveCodemodeRemote,
-} from "./sandbox/remote.ts";
 export * from "./source/index.ts";
 export type * from "./types.ts";

@@ -1,7 +1,7 @@
 /** The fetch wrapper that ends an HTTP server's answer stream with errors for the requests it did not answer. */
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import { describe, expect, it } from "vitest";
-import { answerCutReason, unansweredReason, watchAnswerStreams } from "../dist/mcp/answer-streams.js";
+import { answerCutReason, unansweredReason, watchAnswerStreams } from "../dist/upstream/answer-streams.js";
 
 const MARKER = "test-marker";
 const post = (body: unknown): RequestInit => ({ method: "POST", body: JSON.stringify(body) });

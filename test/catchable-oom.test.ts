@@ -7,8 +7,8 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import wabtInit from "wabt";
-import { catchableOutOfMemory, OUT_OF_MEMORY_EXPORT } from "../dist/engine/catchable-oom.js";
 import { GuestVm } from "../dist/engine/vm.js";
+import { catchableOutOfMemory, OUT_OF_MEMORY_EXPORT } from "../dist/engine/wasm/catchable-oom.js";
 import { loadQuickJSWasm, WasmRewriteError } from "../dist/index.js";
 
 const LIMIT = 8 * 1024 * 1024;

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { removeStaleStaging } from "../src/process/child-files.ts";
+import { removeStaleStaging } from "../src/process/isolation/child-files.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "airlock-staging-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -9,8 +9,8 @@ import { fileURLToPath } from "node:url";
 import * as piPortable from "@earendil-works/pi-codemode/portable";
 import type { CodemodeResult } from "airlock-codemode/portable";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { takeExchange } from "../dist/engine/remote.js";
 import { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES, rpcBytes } from "../dist/engine/rpc-bytes.js";
+import { takeExchange } from "../dist/remote/vm-side.js";
 import type { PiScenario } from "./fixtures/cloudflare/pi-worker.ts";
 import {
   agentEntry,
@@ -37,9 +37,9 @@ describe("bundles for the Workers platform", () => {
   it("the agent Worker bundles no QuickJS module; the sandbox Worker imports it as one wasm module", async () => {
     expect(platformImports(await bundleWorker(agentEntry))).toEqual([]);
     const sandbox = await bundleWorker(sandboxEntry);
-    expect(platformImports(sandbox)).toEqual(['from "../engine/quickjs-tracked.wasm"']);
+    expect(platformImports(sandbox)).toEqual(['from "../engine/wasm/quickjs-tracked.wasm"']);
     // The module the build rewrote (catchable out-of-memory errors, tracked writes) is the one imported.
-    const digests = JSON.parse(readFileSync(join(dist, "engine", "quickjs-tracked.json"), "utf8")) as {
+    const digests = JSON.parse(readFileSync(join(dist, "engine", "wasm", "quickjs-tracked.json"), "utf8")) as {
       module: string;
     };
     expect(digests.module).toMatch(/^[0-9a-f]{64}$/);
@@ -391,8 +391,8 @@ describe("examples/cloudflare, as their wrangler configs wire them", () => {
             { type: "ESModule", path: `${root}/cloudflare/sandbox.js`, contents: sandboxCode },
             {
               type: "CompiledWasm",
-              path: `${root}/engine/quickjs-tracked.wasm`,
-              contents: readFileSync(join(dist, "engine", "quickjs-tracked.wasm")),
+              path: `${root}/engine/wasm/quickjs-tracked.wasm`,
+              contents: readFileSync(join(dist, "engine", "wasm", "quickjs-tracked.wasm")),
             },
           ],
           durableObjects: { [binding?.class_name as string]: binding?.class_name as string },

@@ -11,7 +11,7 @@ import { createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quick
 import { type ApprovingCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
 import type { WorkflowStore } from "airlock-codemode/workflows";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
-import { argsOf } from "../src/code-mode/call-journal.ts";
+import { argsOf } from "../src/code-mode/approvals/call-journal.ts";
 // @ts-expect-error: a plain-JavaScript fixture shared with the crash tests' child processes.
 import { clerkApprovedMode, scope } from "./fixtures/workflows/approving-mode.mjs";
 import { testLimits } from "./helpers/code-mode.ts";

@@ -7,11 +7,11 @@
 import { describe, expect, it, vi } from "vitest";
 import { type RunRequest, runConfiguration, type VmEvent } from "../dist/engine/protocol.js";
 import { VmRunner } from "../dist/engine/runner.js";
-import { loadQuickJSWasm } from "../dist/engine/wasm.js";
+import { loadQuickJSWasm } from "../dist/engine/wasm/load.js";
 
 const clock = vi.hoisted(() => ({ rate: 0.25 }));
-vi.mock("../dist/engine/platform.js", async (original) => ({
-  ...(await original<typeof import("../dist/engine/platform.js")>()),
+vi.mock("../dist/platform/platform.js", async (original) => ({
+  ...(await original<typeof import("../dist/platform/platform.js")>()),
   threadCpuMs: () => performance.now() * clock.rate,
 }));
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { IdMap } from "../src/engine/id-map.ts";
+import { IdMap } from "../src/platform/id-map.ts";
 
 /** A small deterministic generator, so that a failure repeats. */
 function random(seed: number): () => number {

@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { QuickJS } from "quickjs-wasi";
 import { describe, expect, it } from "vitest";
-import { INTERRUPT_POLL_TICKS, pollInterruptsOften } from "../dist/engine/interrupt-poll.js";
+import { INTERRUPT_POLL_TICKS, pollInterruptsOften } from "../dist/engine/wasm/interrupt-poll.js";
 import { InlineCodemodeSandbox, loadQuickJSWasm, WasmRewriteError } from "../dist/index.js";
 
 const installed = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));

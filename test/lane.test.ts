@@ -4,8 +4,8 @@
  */
 import { Worker } from "node:worker_threads";
 import { afterEach, describe, expect, it } from "vitest";
-import { createEventLaneBuffer, HostEventLane, WorkerEventLane } from "../dist/host/event-lane.js";
-import { createLaneBuffer, HostLane, WorkerLane } from "../dist/host/lane.js";
+import { createEventLaneBuffer, HostEventLane, WorkerEventLane } from "../dist/worker/event-lane.js";
+import { createLaneBuffer, HostLane, WorkerLane } from "../dist/worker/lane.js";
 
 let worker: Worker | undefined;
 afterEach(async () => {

@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { QuickJS } from "quickjs-wasi";
 import { describe, expect, it } from "vitest";
-import { LOOP_TICK_EXPORT, LOOP_TICK_PERIOD, tickLoops } from "../dist/engine/loop-ticks.js";
+import { LOOP_TICK_EXPORT, LOOP_TICK_PERIOD, tickLoops } from "../dist/engine/wasm/loop-ticks.js";
 import { loadQuickJSWasm, WasmRewriteError } from "../dist/index.js";
 
 const installed = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));

@@ -30,7 +30,7 @@ describe("the package name", () => {
 
   it("is where the container image installs the package, next to the entry it starts", () => {
     // The Dockerfile in the adapter's documentation installs the tarball into /opt/airlock.
-    expect(CONTAINER_ENTRY).toBe(`/opt/airlock/node_modules/${pkg.name}/dist/adapter-code-docker/serve.js`);
+    expect(CONTAINER_ENTRY).toBe(`/opt/airlock/node_modules/${pkg.name}/dist/docker/vm-side.js`);
   });
 
   it("is what the README and the docs tell a user to fetch", () => {

@@ -1,7 +1,7 @@
-/** What the engine takes from the platform without a node: import (engine/platform.ts), against Node's own. */
+/** What the engine takes from the platform without a node: import (platform/platform.ts), against Node's own. */
 import { createHash, randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { sha256Base64Url, sha256Hex, sha256Portable, utf8Length } from "../dist/engine/platform.js";
+import { sha256Base64Url, sha256Hex, sha256Portable, utf8Length } from "../dist/platform/platform.js";
 
 describe("the portable SHA-256", () => {
   it("gives Node's digest at every padding boundary and for random data", () => {

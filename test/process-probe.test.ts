@@ -10,8 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolveIsolation } from "../dist/process/isolation.js";
-import type { ChildPlan } from "../dist/process/pool.js";
+import type { ChildPlan } from "../dist/process/channel.js";
+import { resolveIsolation } from "../dist/process/isolation/resolve.js";
 import { nativeProbeElf, readNativeProbe } from "./fixtures/process/native-probe.ts";
 import { hasSystemTool } from "./helpers/system-tools.ts";
 

@@ -11,7 +11,7 @@ import {
   helperConfig,
   helperElf,
   RLIMIT,
-} from "../dist/process/helper.js";
+} from "../dist/process/isolation/helper.js";
 import {
   AUDIT_ARCH,
   baseFilter,
@@ -30,7 +30,7 @@ import {
   type SeccompArch,
   SYSCALLS,
   validateFilter,
-} from "../dist/process/seccomp.js";
+} from "../dist/process/isolation/seccomp.js";
 
 const ARCHES: SeccompArch[] = ["x86_64", "aarch64"];
 const SECRET = [0x11111111, 0x22222222, 0x33333333, 0x44444444, 0x55555555, 0x66666666];

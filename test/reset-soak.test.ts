@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { type RunResult, runConfiguration, type VmEvent } from "../dist/engine/protocol.js";
 import { VmRunner } from "../dist/engine/runner.js";
 import { GuestVm, type VmImage } from "../dist/engine/vm.js";
-import { loadQuickJSWasm } from "../dist/engine/wasm.js";
+import { loadQuickJSWasm } from "../dist/engine/wasm/load.js";
 
 /** QuickJS's module as published, without write tracking: every reset restores the whole image. */
 const untracked = loadQuickJSWasm(undefined, { trackWrites: false });

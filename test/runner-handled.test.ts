@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import { type HostCommand, type RunRequest, runConfiguration, type VmEvent } from "../dist/engine/protocol.js";
 import { VmRunner } from "../dist/engine/runner.js";
-import { loadQuickJSWasm } from "../dist/engine/wasm.js";
+import { loadQuickJSWasm } from "../dist/engine/wasm/load.js";
 
 function request(exec: number, slot: number, code: string): RunRequest {
   return {

@@ -7,8 +7,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { runConfiguration, UNSEEDED } from "../dist/engine/protocol.js";
 import { TURN_SLOTS, TurnSlot } from "../dist/engine/runner.js";
 import { type HostChannel, HostPeer, type SharedState, WALL_TIMED_MS } from "../dist/host/peer.js";
-import { currentThreadId, threadCpuMs } from "../dist/host/thread-clock.js";
 import { CodemodeSandbox } from "../dist/index.js";
+import { currentThreadId, threadCpuMs } from "../dist/worker/thread-clock.js";
 
 const onLinux = process.platform === "linux";
 if (!onLinux) console.log(`turn-clock: /proc is not there on ${process.platform}; the thread CPU clock tests skip`);

@@ -4,7 +4,7 @@
  * variables over 40 characters: 50 s); here it runs on a linear-time engine, and a template too large is not matched.
  */
 import { describe, expect, it } from "vitest";
-import { templatePattern } from "../dist/mcp/upstream-resources.js";
+import { templatePattern } from "../dist/upstream/resources.js";
 
 const matches = (template: string, uri: string) => {
   const pattern = templatePattern(template);

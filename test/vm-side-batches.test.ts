@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { WORKER_MAX_STACK_SIZE } from "../dist/engine/limits.js";
 import { runConfiguration } from "../dist/engine/protocol.js";
 import { serveVm } from "../dist/engine/serve.js";
-import { loadQuickJSWasm } from "../dist/engine/wasm.js";
+import { loadQuickJSWasm } from "../dist/engine/wasm/load.js";
 import { argsKey, Journal, KEPT_ARGS_CHARS, Replay } from "../dist/host/journal.js";
 import { encodeFrame, FrameReader } from "../dist/process/frames.js";
 
@@ -148,7 +148,7 @@ describe("the QuickJS protocol's VM side, given a batch", () => {
   });
 
   it("in the container entry, takes a chunk of frames together", async () => {
-    const entry = fileURLToPath(new URL("../dist/adapter-code-docker/serve.js", import.meta.url));
+    const entry = fileURLToPath(new URL("../dist/docker/vm-side.js", import.meta.url));
     const child = spawn(process.execPath, [entry], { stdio: ["pipe", "pipe", "ignore"] });
     const sent: Sent[] = [];
     const reader = new FrameReader();

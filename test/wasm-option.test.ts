@@ -64,15 +64,15 @@ describe("loadQuickJSWasm", () => {
 });
 
 describe("the prebuilt instrumented module", () => {
-  const engine = new URL("../dist/engine/", import.meta.url);
+  const engine = new URL("../dist/engine/wasm/", import.meta.url);
   const installed = readFileSync(createRequire(import.meta.url).resolve("quickjs-wasi/quickjs.wasm"));
 
   it("is what the rewrite makes of the installed binary, and is used for exactly those bytes", async () => {
-    const { instrumentWrites } = await import("../dist/engine/write-tracking.js");
-    const { catchableOutOfMemory } = await import("../dist/engine/catchable-oom.js");
-    const { pollInterruptsOften } = await import("../dist/engine/interrupt-poll.js");
-    const { tickLoops } = await import("../dist/engine/loop-ticks.js");
-    const { prebuiltTrackedModule } = await import("../dist/engine/prebuilt-wasm.js");
+    const { instrumentWrites } = await import("../dist/engine/wasm/write-tracking.js");
+    const { catchableOutOfMemory } = await import("../dist/engine/wasm/catchable-oom.js");
+    const { pollInterruptsOften } = await import("../dist/engine/wasm/interrupt-poll.js");
+    const { tickLoops } = await import("../dist/engine/wasm/loop-ticks.js");
+    const { prebuiltTrackedModule } = await import("../dist/engine/wasm/prebuilt.js");
     const prebuilt = prebuiltTrackedModule(installed);
     expect(prebuilt).toBeDefined();
     const rewritten = instrumentWrites(pollInterruptsOften(tickLoops(catchableOutOfMemory(installed))));
@@ -90,41 +90,35 @@ describe("the prebuilt instrumented module", () => {
   it("is not used when the rewriter changed since the build, or when the file does not match its digest", async () => {
     const copy = (dir: string) => {
       copies.push(dir);
-      const rewriters = [
-        "write-tracking.js",
-        "catchable-oom.js",
-        "loop-ticks.js",
-        "interrupt-poll.js",
-        "wasm-binary.js",
-      ];
-      const files = ["prebuilt-wasm.js", ...rewriters, "quickjs-tracked.wasm", "quickjs-tracked.json"];
-      for (const file of [...files, "prebuilt-wasm.js.map", ...rewriters.map((name) => `${name}.map`)]) {
+      const rewriters = ["write-tracking.js", "catchable-oom.js", "loop-ticks.js", "interrupt-poll.js", "binary.js"];
+      const files = ["prebuilt.js", ...rewriters, "quickjs-tracked.wasm", "quickjs-tracked.json"];
+      for (const file of [...files, "prebuilt.js.map", ...rewriters.map((name) => `${name}.map`)]) {
         copyFileSync(new URL(file, engine), join(dir, file));
       }
       return dir;
     };
     const intact = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
-    expect((await import(join(intact, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeDefined();
+    expect((await import(join(intact, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeDefined();
     const newerRewriter = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerRewriter, "write-tracking.js"), "\n// changed\n");
-    expect((await import(join(newerRewriter, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    expect((await import(join(newerRewriter, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const newerPatch = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerPatch, "catchable-oom.js"), "\n// changed\n");
-    expect((await import(join(newerPatch, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    expect((await import(join(newerPatch, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const newerTicks = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerTicks, "loop-ticks.js"), "\n// changed\n");
-    expect((await import(join(newerTicks, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    expect((await import(join(newerTicks, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const newerPoll = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     appendFileSync(join(newerPoll, "interrupt-poll.js"), "\n// changed\n");
-    expect((await import(join(newerPoll, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    expect((await import(join(newerPoll, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const newerBinary = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
-    appendFileSync(join(newerBinary, "wasm-binary.js"), "\n// changed\n");
-    expect((await import(join(newerBinary, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    appendFileSync(join(newerBinary, "binary.js"), "\n// changed\n");
+    expect((await import(join(newerBinary, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
     const torn = copy(mkdtempSync(join(tmpdir(), "airlock-prebuilt-")));
     writeFileSync(
       join(torn, "quickjs-tracked.wasm"),
       readFileSync(new URL("quickjs-tracked.wasm", engine)).subarray(1),
     );
-    expect((await import(join(torn, "prebuilt-wasm.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
+    expect((await import(join(torn, "prebuilt.js"))).prebuiltTrackedModule(installed)).toBeUndefined();
   });
 });

@@ -6,7 +6,7 @@
 import { CodemodeSandboxBase, type CodemodeSandboxBaseOptions, loadQuickJSWasm } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
 import { GuestMemoryBudget } from "../dist/host/memory-budget.js";
-import { WorkerPool } from "../dist/host/worker-pool.js";
+import { WorkerPool } from "../dist/worker/launcher.js";
 
 class TwoSlotSandbox extends CodemodeSandboxBase {
   constructor(options: CodemodeSandboxBaseOptions) {

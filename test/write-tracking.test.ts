@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import wabtInit from "wabt";
-import { WasmRewriteError } from "../dist/engine/wasm-binary.js";
+import { WasmRewriteError } from "../dist/engine/wasm/binary.js";
 import {
   BLOCK_SHIFT,
   GUARD_END,
@@ -16,7 +16,7 @@ import {
   MAP_BASE,
   MAP_BLOCKS,
   MARK_EXPORT,
-} from "../dist/engine/write-tracking.js";
+} from "../dist/engine/wasm/write-tracking.js";
 
 /** The tracking unit: the tests below mark and read blocks of this size. */
 const PAGE = 1 << BLOCK_SHIFT;

@@ -5,14 +5,14 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import wabtInit from "wabt";
-import { ZERO_PAGES_WASM, zeroPagesFor } from "../dist/engine/zero-pages.js";
+import { ZERO_PAGES_WASM, zeroPagesFor } from "../dist/engine/wasm/zero-pages.js";
 
 const PAGE = 4096;
 
 describe("the zero-page helper", () => {
-  it("is the assembly of src/engine/zero-pages.wat", async () => {
+  it("is the assembly of src/engine/wasm/zero-pages.wat", async () => {
     const wabt = await wabtInit();
-    const source = readFileSync(new URL("../src/engine/zero-pages.wat", import.meta.url), "utf8");
+    const source = readFileSync(new URL("../src/engine/wasm/zero-pages.wat", import.meta.url), "utf8");
     const parsed = wabt.parseWat("zero-pages.wat", source, { simd: true, bulk_memory: true });
     parsed.validate();
     const { buffer } = parsed.toBinary({});

@@ -7,19 +7,19 @@
  *   JavaScript and its `tools` argument. A worker that does not stop in time is terminated. It protects the host from the program's code; it does not protect against a flaw in
  *   QuickJS or V8 itself. For that, run the VM side in an outer sandbox of your own with the protocol adapter.
  * - `createQuickJsProtocolAdapter({ id, version, qualification, launch, maxPoolSize })` runs them on Airlock's VM side
- *   in processes or sandboxes you launch (up to `maxPoolSize` at once), over the message protocol of PROTOCOL.md;
+ *   in processes or sandboxes you launch (up to `maxPoolSize` at once), over the message protocol of transport/PROTOCOL.md;
  *   `serveQuickJsProtocol` is that VM side.
  */
 import { availableParallelism } from "node:os";
 import { makeSandboxAdapter, type SandboxExecuteRequest } from "../code-mode/adapter.ts";
-import { loadQuickJSWasm } from "../engine/wasm.ts";
+import { loadQuickJSWasm } from "../engine/wasm/load.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
-import { defaultMaxPoolSize, WorkerPool } from "../host/worker-pool.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { configError } from "../tools/errors.ts";
+import { defaultMaxPoolSize, WorkerPool } from "../worker/launcher.ts";
+import { executeOnLauncher, QUICKJS_LANGUAGES } from "./execute-on-launcher.ts";
 import { countOption, maxPoolSizeOption } from "./pool-options.ts";
 import type { ClosableSandboxAdapter } from "./protocol-adapter.ts";
-import { executeOnLauncher, QUICKJS_LANGUAGES } from "./run.ts";
 
 export {
   PROTOCOL_BOOT_TIMEOUT_MS,
@@ -33,13 +33,13 @@ export {
   type QuickJsVmMessage,
   type ServeQuickJsProtocolOptions,
   serveQuickJsProtocol,
-} from "./protocol.ts";
+} from "../transport/launcher.ts";
+export { VM_WALL_SLACK_MS, wrapProgramSource } from "./execute-on-launcher.ts";
 export {
   type ClosableSandboxAdapter,
   createQuickJsProtocolAdapter,
   type QuickJsProtocolAdapterOptions,
 } from "./protocol-adapter.ts";
-export { VM_WALL_SLACK_MS, wrapProgramSource } from "./run.ts";
 
 export const QUICKJS_ADAPTER_ID = "airlock.quickjs";
 export const QUICKJS_ADAPTER_VERSION = "1";

@@ -1,6 +1,6 @@
 /**
  * The protocol adapter: programs run on Airlock's VM side inside a process, container or remote sandbox the host
- * launches, over the versioned message protocol of PROTOCOL.md. Airlock's own container adapter is made here too,
+ * launches, over the versioned message protocol of transport/PROTOCOL.md. Airlock's own container adapter is made here too,
  * with a check that says why its container cannot run programs.
  */
 import {
@@ -11,11 +11,11 @@ import {
   type SandboxQualification,
 } from "../code-mode/adapter.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { configError } from "../tools/errors.ts";
+import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher, type QuickJsProtocolTransport } from "../transport/launcher.ts";
+import { executeOnLauncher, QUICKJS_LANGUAGES } from "./execute-on-launcher.ts";
 import { countOption } from "./pool-options.ts";
-import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher, type QuickJsProtocolTransport } from "./protocol.ts";
-import { executeOnLauncher, QUICKJS_LANGUAGES } from "./run.ts";
 
 /** An adapter that owns threads or connections: `close()` releases them (pending executions fail). */
 export type ClosableSandboxAdapter = SandboxAdapter & { close(): Promise<void> };
@@ -50,7 +50,7 @@ const PROTOCOL_OPTION_KEYS = optionKeys<QuickJsProtocolAdapterOptions>({
   isAvailable: true,
 });
 
-/** Runs programs on Airlock's VM side inside a sandbox of your own, over the versioned protocol of PROTOCOL.md. */
+/** Runs programs on Airlock's VM side inside a sandbox of your own, over the versioned protocol of transport/PROTOCOL.md. */
 export function createQuickJsProtocolAdapter(options: QuickJsProtocolAdapterOptions): ClosableSandboxAdapter {
   if (typeof options !== "object" || options === null) {
     throw configError("createQuickJsProtocolAdapter needs { id, version, launch }");

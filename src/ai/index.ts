@@ -5,10 +5,9 @@
 import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
 import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
-import { toCodemodeIdentifier } from "../identifier.ts";
-import { optionKeys, refuseUnknownOptions } from "../options.ts";
+import { toCodemodeIdentifier } from "../platform/identifier.ts";
+import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
-import { CodemodeSandbox } from "../sandbox/codemode.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import type {
   CodemodeDeclaredTool,
@@ -17,6 +16,7 @@ import type {
   CodemodeOutputItem,
   CodemodeResult,
 } from "../types.ts";
+import { CodemodeSandbox } from "../worker/sandbox.ts";
 
 /** What `toModelOutput` returns (the AI SDK does not export the type by name). */
 type ToolResultOutput = Awaited<ReturnType<NonNullable<Tool["toModelOutput"]>>>;
@@ -363,7 +363,7 @@ async function cutOutput(answer: CodeToolResult, maxTokens: number): Promise<Cod
   const value = answer.ok && answer.value !== undefined ? valueText(answer.value) : undefined;
   const texts = answer.output.flatMap((item) => (item.type === "image" ? [] : [item.text]));
   if (value !== undefined) texts.push(value);
-  const { cutToTokens, tokenUnit } = await import("../mcp/tokens.ts");
+  const { cutToTokens, tokenUnit } = await import("../gateway/tokens.ts");
   const { texts: kept, cut } = await cutToTokens(texts, maxTokens);
   if (!cut) return answer;
   let i = 0;

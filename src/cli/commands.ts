@@ -2,11 +2,11 @@
  * The subcommand table. A command parses its own flags (see `parseFlags`), throws `UsageError` for bad usage and
  * resolves to its exit status. To add one, write `src/cli/<name>.ts` exporting a `Command` and list it here.
  */
-import { declarationsCommand } from "./declarations.ts";
+import { declarationsCommand } from "./declarations-command.ts";
 import type { Progress } from "./progress.ts";
-import { runCommand } from "./run.ts";
-import { approvalsCommand, approveCommand, rejectCommand, runsCommand } from "./runs.ts";
-import { serveCommand } from "./serve.ts";
+import { runCommand } from "./run-command.ts";
+import { approvalsCommand, approveCommand, rejectCommand, runsCommand } from "./runs-commands.ts";
+import { serveCommand } from "./serve-command.ts";
 
 /** What a command may touch of the process, so that it never reaches for globals it does not need. */
 export interface CliIo {

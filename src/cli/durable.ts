@@ -1,13 +1,13 @@
 /**
- * What the store commands of runs.ts do, loaded only when one of them runs: the stores and workflow modules (and the
+ * What the store commands of runs-commands.ts do, loaded only when one of them runs: the stores and workflow modules (and the
  * schema library they use) stay out of every other command's start.
  */
 import { existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { type ApprovingHuman, verifyApprover } from "../code-mode/approval-decisions.ts";
-import { createCallApprovals, MAX_CALL_APPROVAL_TTL_MS } from "../code-mode/approvals.ts";
-import { JOURNAL_KIND } from "../code-mode/call-journal.ts";
+import { createCallApprovals, MAX_CALL_APPROVAL_TTL_MS } from "../code-mode/approvals/call-approvals.ts";
+import { JOURNAL_KIND } from "../code-mode/approvals/call-journal.ts";
+import { type ApprovingHuman, verifyApprover } from "../code-mode/approvals/decisions.ts";
 import type { Scope } from "../tools/define.ts";
 import { AirlockError } from "../tools/errors.ts";
 import { isStepId } from "../workflows/definition.ts";
@@ -18,7 +18,7 @@ import { createSqliteStore } from "../workflows/sqlite.ts";
 import type { WorkflowStore } from "../workflows/store.ts";
 import { EXIT_FAILED, EXIT_OK, UsageError } from "./args.ts";
 import type { CliIo } from "./commands.ts";
-import { APPROVER_CREDENTIAL_ENV, LIST_LIMIT } from "./runs.ts";
+import { APPROVER_CREDENTIAL_ENV, LIST_LIMIT } from "./runs-commands.ts";
 
 export interface StoreFlags {
   store?: string;

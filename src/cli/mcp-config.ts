@@ -4,7 +4,7 @@
  * that does not start fails the command.
  */
 import { resolve } from "node:path";
-import type { McpToolset } from "../mcp/index.ts";
+import type { McpToolset } from "../mcp.ts";
 import { CommandError, UsageError } from "./args.ts";
 import type { CliIo } from "./commands.ts";
 import { version } from "./version.ts";
@@ -16,7 +16,7 @@ export async function connectConfig(
   options: { command: string; readOnly: boolean },
 ): Promise<McpToolset> {
   // The MCP SDK is loaded only here: commands without --config start without it.
-  const mcp = await import("../mcp/index.ts");
+  const mcp = await import("../mcp.ts");
   const warn = (text: string) => io.stderr(`airlock ${options.command}: warning: ${text}\n`);
   let config: Awaited<ReturnType<typeof mcp.loadMcpConfig>>;
   try {

@@ -11,9 +11,9 @@ import {
 } from "../engine/limits.ts";
 // QuickJS as the build rewrote it (catchable out-of-memory errors, tracked writes): a compiled module on Workers,
 // which refuse to compile wasm at run time.
-import quickjs from "../engine/quickjs-tracked.wasm";
-import { type CodemodeRemoteRequest, type RemoteExchange, RemoteVmSide } from "../engine/remote.ts";
-import { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "../sandbox/inline.ts";
+import quickjs from "../engine/wasm/quickjs-tracked.wasm";
+import { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "../inline/sandbox.ts";
+import { type CodemodeRemoteRequest, type RemoteExchange, RemoteVmSide } from "../remote/vm-side.ts";
 
 export * from "../portable.ts";
 
@@ -35,14 +35,14 @@ export class CodemodeSandboxDurableObject<Env = unknown> extends DurableObject<E
   /** The most interrupt polls one execution may compute through (keep it below the Worker's `cpu_ms`). */
   protected maxInterruptBudget = DEFAULT_INTERRUPT_BUDGET;
   /**
-   * This object's VMs, booted on its first request and kept warm (see engine/remote.ts). Not shared with the other
+   * This object's VMs, booted on its first request and kept warm (see remote/vm-side.ts). Not shared with the other
    * objects of the isolate: Workers refuse I/O on behalf of another object, and a VM freed by one object's run would
    * start another's queued run in the wrong object's context.
    */
   private vmSide: RemoteVmSide | undefined;
 
   /**
-   * The RPC a `RemoteCodemodeSandbox` makes once per execution (see host/remote.ts); it resolves when the client ends
+   * The RPC a `RemoteCodemodeSandbox` makes once per execution (see remote/channel.ts); it resolves when the client ends
    * the session, and rejects a request that is not `RemoteCodemodeSandbox`'s (pi-codemode's client's among them).
    */
   execute(request: CodemodeRemoteRequest, exchange: RemoteExchange): Promise<void> {

@@ -3,7 +3,7 @@
  * (`airlock-codemode/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
  */
 import type { JsonValue } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
 import { configError } from "../tools/errors.ts";
 import { checkId, checkName } from "../tools/validate.ts";

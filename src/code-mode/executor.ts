@@ -11,12 +11,12 @@
  * 3. the sandbox's answer: the program threw (TOOL_FAILED with `programError`), a CPU or memory limit
  *    (LIMIT_EXCEEDED), an output that is not JSON or does not match the output schema (INVALID_OUTPUT), ...
  *
- * A code mode made with `approvals` runs programs whose tools may ask a person (approvals.ts): each run of such a
+ * A code mode made with `approvals` runs programs whose tools may ask a person (code-mode/approvals/call-approvals.ts): each run of such a
  * program is an attempt of this executor on an adapter the approvals layer wraps with its journal.
  */
 import type { z } from "zod";
 import { tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import type { Scope } from "../tools/define.ts";
 import { AirlockError, configError, type ErrorCode } from "../tools/errors.ts";
 import { copyScope, isId, MAX_ID_CHARS } from "../tools/invoke.ts";
@@ -31,10 +31,10 @@ import {
   type SandboxResult,
   type SandboxToolsBridge,
 } from "./adapter.ts";
-import type { ApprovalDecision } from "./approval-decisions.ts";
-import { type CodeApprovalsOptions, createCallApprovals } from "./approvals.ts";
-import type { AttemptOutcome, WaitingOutcome } from "./call-attempt.ts";
-import type { CallApproval } from "./call-journal.ts";
+import { type CodeApprovalsOptions, createCallApprovals } from "./approvals/call-approvals.ts";
+import type { AttemptOutcome, WaitingOutcome } from "./approvals/call-attempt.ts";
+import type { CallApproval } from "./approvals/call-journal.ts";
+import type { ApprovalDecision } from "./approvals/decisions.ts";
 import { CALL_ID_INFIX, type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";
 import { brandCodeMode, type ExecutionEvidence } from "./evidence.ts";
 import { EXECUTION_ID_MEMORY, ExecutionIds } from "./execution-ids.ts";
@@ -60,7 +60,7 @@ export interface CreateCodeModeOptions<A extends SandboxAdapter = SandboxAdapter
   allowTestAdapter?: boolean;
   /** Total bytes of tool results one execution may receive; default `DEFAULT_MAX_TOOL_RESULT_BYTES`. */
   maxToolResultBytes?: number;
-  /** Lets programs pause at calls of tools with `approval` until a person decides (see approvals.ts). */
+  /** Lets programs pause at calls of tools with `approval` until a person decides (see code-mode/approvals/call-approvals.ts). */
   approvals?: CodeApprovalsOptions;
 }
 

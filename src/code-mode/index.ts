@@ -19,9 +19,14 @@ export {
   type SequencedCallResult,
   type ToolCallResult,
 } from "./adapter.ts";
-export { APPROVAL_VERIFY_TIMEOUT_MS, type ApprovalDecision, type ApprovingHuman } from "./approval-decisions.ts";
-export { type CodeApprovalsOptions, DEFAULT_CALL_APPROVAL_TTL_MS, MAX_CALL_APPROVAL_TTL_MS } from "./approvals.ts";
-export type { ApprovalJournalStore, CallApproval } from "./call-journal.ts";
+export {
+  type CodeApprovalsOptions,
+  DEFAULT_CALL_APPROVAL_TTL_MS,
+  MAX_CALL_APPROVAL_TTL_MS,
+} from "./approvals/call-approvals.ts";
+export type { ApprovalJournalStore, CallApproval } from "./approvals/call-journal.ts";
+export { APPROVAL_VERIFY_TIMEOUT_MS, type ApprovalDecision, type ApprovingHuman } from "./approvals/decisions.ts";
+export { SNAPSHOT_MIN_CALLS } from "./approvals/journal-snapshots.ts";
 export {
   CALL_SETTLE_GRACE_MS,
   type CodeModeInvokeTool,
@@ -48,7 +53,6 @@ export {
   createCodeMode,
   type ResumableExecutionOutcome,
 } from "./executor.ts";
-export { SNAPSHOT_MIN_CALLS } from "./journal-snapshots.ts";
 export {
   type CodeExecutionOutcome,
   type CodeUsage,

@@ -5,8 +5,8 @@
  */
 import type { z } from "zod";
 import { jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
-import { CodemodeSourceError } from "../source/errors.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
+import { CodemodeSourceError } from "../source/source-error.ts";
 import { stripTypeScript } from "../source/typescript.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
 import { AirlockError, configError } from "../tools/errors.ts";

@@ -6,10 +6,10 @@
  *   search and describe.
  */
 import { jsDoc, oneLine, summarize } from "./comments.ts";
-import { COMPACT_INPUT_MAX_CHARS, COMPACT_OUTPUT_MAX_CHARS, COMPACT_SUMMARY_MAX_CHARS } from "./limits.ts";
+import type { ToolLike } from "./declaration-types.ts";
 import { assignToolKeys } from "./names.ts";
 import { renderToolSignature } from "./render.ts";
-import type { ToolLike } from "./types.ts";
+import { COMPACT_INPUT_MAX_CHARS, COMPACT_OUTPUT_MAX_CHARS, COMPACT_SUMMARY_MAX_CHARS } from "./render-limits.ts";
 
 export interface ToolSignaturesOptions {
   /** A comment above the block, for example how to get a tool's documentation. */

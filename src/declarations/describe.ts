@@ -1,8 +1,8 @@
-import { toCodemodeIdentifier } from "../identifier.ts";
+import { toCodemodeIdentifier } from "../platform/identifier.ts";
+import type { RenderDeclarationsOptions, ToolLike } from "./declaration-types.ts";
 import { assignToolKeys, type ToolKey } from "./names.ts";
 import { renderToolMember } from "./render.ts";
 import { searchTools } from "./search.ts";
-import type { RenderDeclarationsOptions, ToolLike } from "./types.ts";
 
 /** Edit distance between two strings (insertions, deletions, substitutions). */
 function editDistance(a: string, b: string): number {

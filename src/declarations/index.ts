@@ -5,7 +5,18 @@ export {
   type ToolOverviewOptions,
   type ToolSignaturesOptions,
 } from "./compact.ts";
+export type {
+  JsonSchemaObject,
+  RenderDeclarationsOptions,
+  SchemaToTypeOptions,
+  SearchToolsOptions,
+  ToolIndexOptions,
+  ToolLike,
+  ToolSearchResult,
+} from "./declaration-types.ts";
 export { describeTool } from "./describe.ts";
+export { resolveSchemaRef } from "./ref.ts";
+export { renderDeclarations, renderToolOutputType, renderToolSignature, type ToolSignatureOptions } from "./render.ts";
 export {
   COMPACT_INPUT_MAX_CHARS,
   COMPACT_OUTPUT_MAX_CHARS,
@@ -19,19 +30,8 @@ export {
   MAX_SCHEMA_NESTING,
   MAX_SCHEMA_NODES,
   SUMMARY_MAX_CHARS,
-} from "./limits.ts";
-export { resolveSchemaRef } from "./ref.ts";
-export { renderDeclarations, renderToolOutputType, renderToolSignature, type ToolSignatureOptions } from "./render.ts";
+} from "./render-limits.ts";
 export { schemaToType } from "./schema-to-type.ts";
 export { searchTools, tokenize } from "./search.ts";
 export { renderToolIndex } from "./tool-index.ts";
-export type {
-  JsonSchemaObject,
-  RenderDeclarationsOptions,
-  SchemaToTypeOptions,
-  SearchToolsOptions,
-  ToolIndexOptions,
-  ToolLike,
-  ToolSearchResult,
-} from "./types.ts";
 export { isZodSchema } from "./zod.ts";

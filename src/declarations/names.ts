@@ -1,5 +1,5 @@
-import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
-import type { ToolLike } from "./types.ts";
+import { isIdentifier, toCodemodeIdentifier } from "../platform/identifier.ts";
+import type { ToolLike } from "./declaration-types.ts";
 
 /** Words that cannot name a function or namespace in a module (reserved, strict-mode reserved, or fixed globals). */
 const NOT_DECLARABLE = new Set([

@@ -1,4 +1,4 @@
-import { isIdentifier } from "../identifier.ts";
+import { isIdentifier } from "../platform/identifier.ts";
 import { lineComments, textLines } from "./comments.ts";
 import { type PropertyNode, shallow, type TypeNode } from "./type-node.ts";
 

@@ -1,9 +1,13 @@
 import { jsDoc, textLines } from "./comments.ts";
-import { DEFAULT_INPUT_SCHEMA_MAX_CHARS, DEFAULT_OUTPUT_SCHEMA_MAX_CHARS, INDEX_THRESHOLD_TOOLS } from "./limits.ts";
+import type { RenderDeclarationsOptions, ToolLike } from "./declaration-types.ts";
 import { assignToolKeys, checkCatalog, isDeclarableName, type ToolKey } from "./names.ts";
+import {
+  DEFAULT_INPUT_SCHEMA_MAX_CHARS,
+  DEFAULT_OUTPUT_SCHEMA_MAX_CHARS,
+  INDEX_THRESHOLD_TOOLS,
+} from "./render-limits.ts";
 import { fitType, schemaToNode } from "./schema-to-type.ts";
 import { renderToolIndex } from "./tool-index.ts";
-import type { RenderDeclarationsOptions, ToolLike } from "./types.ts";
 
 export interface ToolSignatureOptions extends RenderDeclarationsOptions {
   /** Indentation of the line the signature starts on. Default "". */

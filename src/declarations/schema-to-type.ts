@@ -1,12 +1,13 @@
+import type { JsonSchemaObject, SchemaToTypeOptions } from "./declaration-types.ts";
+import { FULL, type PrintOptions, printType } from "./print.ts";
+import { resolveSchemaRef } from "./ref.ts";
 import {
   DEFAULT_INPUT_SCHEMA_MAX_CHARS,
   MAX_REF_DEPTH,
   MAX_REF_EXPANSIONS,
   MAX_SCHEMA_NESTING,
   MAX_SCHEMA_NODES,
-} from "./limits.ts";
-import { FULL, type PrintOptions, printType } from "./print.ts";
-import { resolveSchemaRef } from "./ref.ts";
+} from "./render-limits.ts";
 import { schemaTags } from "./tags.ts";
 import {
   intersection,
@@ -22,7 +23,6 @@ import {
   UNKNOWN,
   union,
 } from "./type-node.ts";
-import type { JsonSchemaObject, SchemaToTypeOptions } from "./types.ts";
 import { isZodSchema, toJsonSchema } from "./zod.ts";
 
 /** Keywords that only annotate: a schema with nothing else accepts any value. */

@@ -1,9 +1,9 @@
-import { toCodemodeIdentifier } from "../identifier.ts";
+import { toCodemodeIdentifier } from "../platform/identifier.ts";
 import { summarize } from "./comments.ts";
-import { SUMMARY_MAX_CHARS } from "./limits.ts";
+import type { JsonSchemaObject, SearchToolsOptions, ToolLike, ToolSearchResult } from "./declaration-types.ts";
 import { resolveSchemaRef } from "./ref.ts";
 import { renderToolSignature } from "./render.ts";
-import type { JsonSchemaObject, SearchToolsOptions, ToolLike, ToolSearchResult } from "./types.ts";
+import { SUMMARY_MAX_CHARS } from "./render-limits.ts";
 import { toJsonSchema } from "./zod.ts";
 
 /** Words too common in tool descriptions to tell tools apart. */

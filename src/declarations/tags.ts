@@ -1,5 +1,5 @@
 import { oneLine } from "./comments.ts";
-import type { JsonSchemaObject } from "./types.ts";
+import type { JsonSchemaObject } from "./declaration-types.ts";
 
 /** Longest JSON of a `@default` value before it is shortened. */
 const DEFAULT_VALUE_MAX_CHARS = 80;

@@ -1,7 +1,7 @@
 import { jsDoc, summarize } from "./comments.ts";
-import { DEFAULT_INDEX_HINT, SUMMARY_MAX_CHARS } from "./limits.ts";
+import type { ToolIndexOptions, ToolLike } from "./declaration-types.ts";
 import { assignToolKeys } from "./names.ts";
-import type { ToolIndexOptions, ToolLike } from "./types.ts";
+import { DEFAULT_INDEX_HINT, SUMMARY_MAX_CHARS } from "./render-limits.ts";
 
 /**
  * A compact index of a catalog: one line per tool with its name and the first sentence of its description,

@@ -1,5 +1,5 @@
 /** The intermediate form of a rendered type: schemas convert to it, the printer turns it into TypeScript. */
-import { MAX_LITERAL_DEPTH, MAX_LITERAL_VALUES } from "./limits.ts";
+import { MAX_LITERAL_DEPTH, MAX_LITERAL_VALUES } from "./render-limits.ts";
 
 export type Keyword = "string" | "number" | "boolean" | "null" | "undefined" | "unknown" | "never";
 

@@ -1,4 +1,4 @@
-import { nodeRequire } from "../engine/platform.ts";
+import { nodeRequire } from "../platform/platform.ts";
 
 /** The part of zod 4 that converts schemas; loaded on first use, so plain JSON Schema never loads zod. */
 interface ZodModule {

@@ -2,7 +2,7 @@
  * A QuickJS instance's memory image, and the reset that puts the instance back in it.
  *
  * After every execution a VM's linear memory is restored from its image, which puts it in exactly the image's state
- * in well under a millisecond. With the module instrumented by write-tracking.ts, only the pages the execution wrote
+ * in well under a millisecond. With the module instrumented by engine/wasm/write-tracking.ts, only the pages the execution wrote
  * are restored (the guest's stores and bulk operations mark them; the host marks its own writes: buffers it
  * allocates through `wasm_malloc` and what the WASI functions write, see vm.ts); otherwise the whole image is. A soak
  * test compares reset VMs against fresh ones. The reset is sound only if all of this is restored:
@@ -14,8 +14,8 @@
  *    execution reach a retired wrapper and do nothing (GuestVm.bindWrapper, vm.ts);
  * 5. host-side async work checks `generation` before touching the VM (GuestVm.generation, vm.ts).
  */
-import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS } from "./write-tracking.ts";
-import { type ZeroPages, zeroPagesFor } from "./zero-pages.ts";
+import { BLOCK_SHIFT, MAP_BASE, MAP_BLOCKS } from "./wasm/write-tracking.ts";
+import { type ZeroPages, zeroPagesFor } from "./wasm/zero-pages.ts";
 
 /** The exports of the quickjs-wasi module that an image holds and its reset restores. */
 export interface ImageExports {
@@ -62,7 +62,7 @@ export interface MemoryPages {
 
 /** The unit of an image's segments and of the zero-page checks. */
 export const PAGE_BYTES = 4096;
-/** The unit of write tracking (see write-tracking.ts). */
+/** The unit of write tracking (see engine/wasm/write-tracking.ts). */
 const BLOCK_BYTES = 1 << BLOCK_SHIFT;
 /** Bytes at the start of the block after a written one that a store straddling the boundary may have reached. */
 const STRADDLE_BYTES = 16;
@@ -86,7 +86,7 @@ export class InstanceMemory {
   private zeroPagesWritten = 0;
   private readonly zeroPages: ZeroPages | undefined;
 
-  /** `tracksWrites`: the module is instrumented by write-tracking.ts. */
+  /** `tracksWrites`: the module is instrumented by engine/wasm/write-tracking.ts. */
   constructor(
     private readonly exports: ImageExports,
     private readonly tracksWrites: boolean,
@@ -156,7 +156,7 @@ export class InstanceMemory {
   }
 
   /**
-   * Restores the blocks marked as written (see write-tracking.ts) from the image and clears the marks, where that
+   * Restores the blocks marked as written (see engine/wasm/write-tracking.ts) from the image and clears the marks, where that
    * suffices (see canRestoreWritten); returns false, having restored nothing, otherwise. `held` is the image the
    * memory was last restored to or captured as.
    */

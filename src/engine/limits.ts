@@ -80,7 +80,7 @@ export function clipError(error: CodemodeError): CodemodeError {
 export const DEFAULT_INTERRUPT_BUDGET = 100_000;
 /**
  * The interrupt budget counts polls in pi-codemode's unit, so that a budget means what it means there: one every
- * 10,000 of QuickJS's ticks (QuickJS-NG's own rate, QUICKJS_POLL_TICKS in interrupt-poll.ts) and one every
+ * 10,000 of QuickJS's ticks (QuickJS-NG's own rate, QUICKJS_POLL_TICKS in engine/wasm/interrupt-poll.ts) and one every
  * BUDGET_POLL_JOBS promise jobs. Airlock's engine polls ten times as often (INTERRUPT_POLL_TICKS) and between batches
  * of JOBS_PER_INTERRUPT_CHECK jobs, and charges each of its polls the part of a budget poll it stands for, counted in
  * BUDGET_SHARES-ths of one (a whole number for both kinds).

@@ -5,9 +5,10 @@
  * it sends is checked like untrusted input (known type, exact fields, right types); the host's commands are checked
  * too, so that a VM side never acts on a message it misread.
  */
+
+import { sha256Base64Url } from "../platform/platform.ts";
 import type { CodemodeError, CodemodeOutputItem } from "../types.ts";
 import { MAX_SNAPSHOT_BYTES } from "./limits.ts";
-import { sha256Base64Url } from "./platform.ts";
 
 /** Name and version of the protocol; either side refuses a peer that announces another. */
 export const PROTOCOL_NAME = "airlock.quickjs";
@@ -136,7 +137,7 @@ export interface PreAnswer {
  */
 export interface VmSnapshot {
   /**
-   * Which VM sides may restore it: the hex SHA-256 of the module's digest (module-digest.ts), the prelude's and the
+   * Which VM sides may restore it: the hex SHA-256 of the module's digest (engine/wasm/module-digest.ts), the prelude's and the
    * versions of quickjs-wasi and QuickJS. A VM side with another key runs the program from its start instead.
    */
   key: string;

@@ -1,5 +1,5 @@
 /** Seeds for the VM's `Math.random`: four 32-bit words of its PRNG state. */
-import { fillRandom } from "./platform.ts";
+import { fillRandom } from "../platform/platform.ts";
 
 const randomPool = new Uint32Array(4096);
 let randomIndex = randomPool.length;

@@ -1,7 +1,7 @@
 /**
  * The size limit of remote exchanges. Workers RPC carries at most 32 MiB a call (RPC_LIMIT_BYTES), measured on V8's
  * structured-clone serialization of the arguments (or of the answer). An exchange between a remote VM side and its
- * host (engine/remote.ts, host/remote.ts) carries at most MAX_EXCHANGE_BYTES of messages; more waits for the next
+ * host (remote/vm-side.ts, remote/channel.ts) carries at most MAX_EXCHANGE_BYTES of messages; more waits for the next
  * exchange, in order, and one message that alone is larger can never be sent: the VM refuses such a call in the
  * script (run.ts) and the host fails such an answer in the script, as every launcher refuses an oversize value.
  */

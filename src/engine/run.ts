@@ -3,9 +3,10 @@
  * for a replay, or replayed), its limits, and the result it ends with. The runner (runner.ts) owns the thread: it
  * enters the VM for a run's turns and decides, with `afterTurn`, what the run does next.
  */
+
+import { SCHEDULER_TICK_MS, threadCpuMs } from "../platform/platform.ts";
 import type { CodemodeError } from "../types.ts";
 import { BUDGET_SHARES, MAX_OUTPUT_CHARS, MAX_OUTPUT_ITEMS, MAX_VALUE_CHARS } from "./limits.ts";
-import { SCHEDULER_TICK_MS, threadCpuMs } from "./platform.ts";
 import { Op } from "./prelude.ts";
 import {
   type CallOutcome,

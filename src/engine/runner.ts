@@ -5,7 +5,7 @@
  * serve loop (serve.ts) or, on the calling thread, the inline launcher.
  */
 import type { JSValueHandle } from "quickjs-wasi";
-import { IdMap } from "./id-map.ts";
+import { IdMap } from "../platform/id-map.ts";
 import { clipError, JOBS_PER_INTERRUPT_CHECK } from "./limits.ts";
 import { SCRIPT_FILENAME } from "./prelude.ts";
 import {

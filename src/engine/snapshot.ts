@@ -5,9 +5,10 @@
  * side with another key never restores it (the run then starts from the beginning), since the memory of another build
  * means nothing to this one.
  */
+
+import { base64ToBytes, bytesToBase64, sha256Hex } from "../platform/platform.ts";
 import { imageOfPages } from "./image.ts";
 import { MAX_SNAPSHOT_BYTES } from "./limits.ts";
-import { base64ToBytes, bytesToBase64, sha256Hex } from "./platform.ts";
 import type { SnapshotRefusal, VmSnapshot } from "./protocol.ts";
 import type { VmRun } from "./run.ts";
 import type { VmImage } from "./vm.ts";

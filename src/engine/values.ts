@@ -5,7 +5,7 @@
  * instance's exports directly (quickjs-wasi's C interface, pinned version): a value crosses as a malloc'd `JSValue*`
  * box, which `qjs_free_value` frees.
  */
-import { utf8Length } from "./platform.ts";
+import { utf8Length } from "../platform/platform.ts";
 
 /** The exports this module uses. */
 export interface ValueExports {

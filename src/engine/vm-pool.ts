@@ -2,13 +2,14 @@
  * The VMs of one runner: booted once from the post-prelude image, handed to runs, reset after each (off the latency
  * path), replaced when their memory grew, and images captured after `configure` for configurations seen again.
  */
+
+import { nudgeGarbageCollection, runSoon } from "../platform/platform.ts";
 import { MANY_ZERO_PAGES } from "./image.ts";
-import { moduleDigestOf } from "./module-digest.ts";
-import { nudgeGarbageCollection, runSoon } from "./platform.ts";
 import type { ConfigurationContent, HostCommand, RunRequest } from "./protocol.ts";
 import { RepeatCache } from "./repeat-cache.ts";
 import { snapshotImage, snapshotKey } from "./snapshot.ts";
 import { GuestVm, type VmImage, type VmOptions } from "./vm.ts";
+import { moduleDigestOf } from "./wasm/module-digest.ts";
 
 /** VMs booted besides the first, so that executions in a row need not wait for a reset. */
 const SPARE_VMS = 1;

@@ -9,15 +9,15 @@
  * per execution (bindWrapper) and `generation`.
  */
 import { Intrinsics, JSException, JSValueHandle, QuickJS } from "quickjs-wasi";
-import { OUT_OF_MEMORY_EXPORT } from "./catchable-oom.ts";
+import { fillRandom, sha256Hex } from "../platform/platform.ts";
 import { type ImageExports, InstanceMemory, type MemoryImage, type MemoryPages } from "./image.ts";
-import { INTERRUPT_POLL_TICKS, QUICKJS_POLL_TICKS } from "./interrupt-poll.ts";
 import { BUDGET_POLL_JOBS, BUDGET_SHARES, IMAGE_HEAP_HEADROOM_BYTES } from "./limits.ts";
-import { LOOP_TICK_EXPORT } from "./loop-ticks.ts";
-import { fillRandom, sha256Hex } from "./platform.ts";
 import { HOST_FUNCTION, PRELUDE_FILENAME, PRELUDE_SOURCE } from "./prelude.ts";
 import { GuestValues, type HostArgs, type Primitive, type ValueExports } from "./values.ts";
-import { MARK_EXPORT } from "./write-tracking.ts";
+import { OUT_OF_MEMORY_EXPORT } from "./wasm/catchable-oom.ts";
+import { INTERRUPT_POLL_TICKS, QUICKJS_POLL_TICKS } from "./wasm/interrupt-poll.ts";
+import { LOOP_TICK_EXPORT } from "./wasm/loop-ticks.ts";
+import { MARK_EXPORT } from "./wasm/write-tracking.ts";
 
 /** The exports of the quickjs-wasi module that the reset, the job loop and the value boundary use directly. */
 interface Exports extends ValueExports, ImageExports {
@@ -28,11 +28,11 @@ interface Exports extends ValueExports, ImageExports {
   qjs_set_memory_limit(limit: number): void;
   qjs_is_uncatchable_error(ptr: number): number;
   qjs_run_gc(): void;
-  /** Present in modules instrumented by write-tracking.ts. */
+  /** Present in modules instrumented by engine/wasm/write-tracking.ts. */
   [MARK_EXPORT]?: (address: number, length: number) => void;
-  /** Present in modules rewritten by catchable-oom.ts: the engine's out-of-memory errors so far. */
+  /** Present in modules rewritten by engine/wasm/catchable-oom.ts: the engine's out-of-memory errors so far. */
   [OUT_OF_MEMORY_EXPORT]?: WebAssembly.Global;
-  /** Present in modules rewritten by loop-ticks.ts: 1 while a loop's tick calls the host. */
+  /** Present in modules rewritten by engine/wasm/loop-ticks.ts: 1 while a loop's tick calls the host. */
   [LOOP_TICK_EXPORT]?: WebAssembly.Global;
 }
 
@@ -107,7 +107,7 @@ export class GuestVm {
    */
   interrupt: (shares: number) => boolean = () => false;
   /**
-   * Asked at every tick of a loop of the engine's C code (loop-ticks.ts), inside a built-in that does not poll: true
+   * Asked at every tick of a loop of the engine's C code (engine/wasm/loop-ticks.ts), inside a built-in that does not poll: true
    * pre-empts it, by throwing `Preempted` through the wasm (the VM is then broken and replaced). Only a run's turn
    * sets it.
    */
@@ -119,11 +119,11 @@ export class GuestVm {
 
   private wrapper!: QuickJS;
   private exports!: Exports;
-  /** Marks host writes as written, in a module instrumented by write-tracking.ts. */
+  /** Marks host writes as written, in a module instrumented by engine/wasm/write-tracking.ts. */
   private readonly markWritten: ((address: number, length: number) => void) | undefined;
   /**
-   * What one of QuickJS's polls is charged of the interrupt budget: a module rewritten by loop-ticks.ts polls every
-   * INTERRUPT_POLL_TICKS (interrupt-poll.ts always rewrites it too), any other at QuickJS-NG's own rate.
+   * What one of QuickJS's polls is charged of the interrupt budget: a module rewritten by engine/wasm/loop-ticks.ts polls every
+   * INTERRUPT_POLL_TICKS (engine/wasm/interrupt-poll.ts always rewrites it too), any other at QuickJS-NG's own rate.
    */
   private readonly pollShares: number;
   /** The instance's memory, captured as images and reset to them. */
@@ -432,7 +432,7 @@ export class GuestVm {
   /**
    * How many out-of-memory errors the engine raised in this instance so far (refused allocations, which the script
    * may have caught; a script's own `InternalError("out of memory")` is not counted), in a module rewritten by
-   * catchable-oom.ts; undefined for another module. The count lives outside the memory image, so resets leave it
+   * engine/wasm/catchable-oom.ts; undefined for another module. The count lives outside the memory image, so resets leave it
    * alone: a run compares it at its start and its end.
    */
   outOfMemoryCount(): number | undefined {

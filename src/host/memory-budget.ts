@@ -4,7 +4,7 @@
  * executions together cannot take more of the host's memory than the budget. An execution that does not fit waits
  * for others to end, its deadline still counting.
  */
-import { nodeBuiltin } from "../engine/platform.ts";
+import { nodeBuiltin } from "../platform/platform.ts";
 
 /** The share of the machine's memory the default budget gives to guests. */
 export const DEFAULT_GUEST_MEMORY_SHARE = 0.75;

@@ -6,8 +6,7 @@
  * protocol, fails, or does not stop a run in time. What happens to the runs of a VM side that is gone is the pool's
  * decision (pool.ts): the peer only reports them.
  */
-import { IdMap } from "../engine/id-map.ts";
-import { runSoon } from "../engine/platform.ts";
+
 import {
   type CallOutcome,
   type HostCommand,
@@ -21,6 +20,8 @@ import {
   type VmEvent,
 } from "../engine/protocol.ts";
 import { LONG_TURN_MS, TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
+import { IdMap } from "../platform/id-map.ts";
+import { runSoon } from "../platform/platform.ts";
 
 /** Memory a VM side in the same process shares with the host. */
 export interface SharedState {
@@ -33,7 +34,7 @@ export interface SharedState {
   /** What the turn word's start times count from. */
   turnEpochMs: number;
   /**
-   * The CPU time the VM side's thread has computed so far in ms, where the system tells (thread-clock.ts): a turn's
+   * The CPU time the VM side's thread has computed so far in ms, where the system tells (worker/thread-clock.ts): a turn's
    * length is then the time it computed, not the time it also waited for a core.
    */
   cpuMs?(): number | undefined;

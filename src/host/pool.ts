@@ -14,7 +14,6 @@
  *   most executions), and a sandbox that was warmed warms the spare too.
  */
 
-import { IdMap } from "../engine/id-map.ts";
 import {
   type CallOutcome,
   CPU_LIMIT_ERROR,
@@ -28,6 +27,7 @@ import {
 } from "../engine/protocol.ts";
 import { randomWords } from "../engine/random.ts";
 import { runFailure } from "../engine/run.ts";
+import { IdMap } from "../platform/id-map.ts";
 import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";

@@ -12,7 +12,7 @@
  * one is refused with `LIMIT_EXCEEDED`; one that is not JSON with `INVALID_JSON`. Messages name the rule, never the
  * value.
  */
-import { utf8Length as platformUtf8Length, sha256Hex } from "../engine/platform.ts";
+import { utf8Length as platformUtf8Length, sha256Hex } from "../platform/platform.ts";
 
 /** Arrays and objects nested inside each other: a top-level object is level 1. */
 export const MAX_JSON_DEPTH = 32;

@@ -8,5 +8,5 @@ export {
   type ProcessProtections,
   type ProcessRuntime,
   WASM_MEMORY_HEADROOM_BYTES,
-} from "./isolation.ts";
+} from "./isolation/resolve.ts";
 export { DEFAULT_VMS_PER_CHILD, ProcessCodemodeSandbox, type ProcessCodemodeSandboxOptions } from "./sandbox.ts";

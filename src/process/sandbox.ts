@@ -5,7 +5,6 @@
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import type { PoolStats } from "../host/pool.ts";
-import { defaultMaxPoolSize } from "../host/worker-pool.ts";
 import {
   budgetOption,
   CodemodeSandboxBase,
@@ -13,10 +12,11 @@ import {
   checkOptions,
   DEFAULT_MEMORY_LIMIT_BYTES,
 } from "../sandbox/base.ts";
-import { checkMaxPoolSize } from "../sandbox/codemode.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation.ts";
-import { ProcessPool } from "./pool.ts";
+import { defaultMaxPoolSize } from "../worker/launcher.ts";
+import { checkMaxPoolSize } from "../worker/sandbox.ts";
+import { ProcessPool } from "./channel.ts";
+import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation/resolve.ts";
 
 /** VMs one child keeps for executions that wait on tools at the same time. */
 export const DEFAULT_VMS_PER_CHILD = 64;
@@ -31,7 +31,7 @@ export interface ProcessCodemodeSandboxOptions extends CodemodeSandboxBaseOption
   /** How the children are isolated; default: bubblewrap with seccomp and rlimits on Linux. */
   isolation?: ProcessIsolationOptions;
   /**
-   * Child entry (absolute path or file URL); default: Airlock's own `dist/process/child.js`. Its directory is bound
+   * Child entry (absolute path or file URL); default: Airlock's own `dist/process/vm-side.js`. Its directory is bound
    * read-only into the sandbox. For hosts that move Airlock's files, and for tests that stand in a misbehaving child.
    */
   childEntry?: string | URL;

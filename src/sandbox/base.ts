@@ -3,7 +3,6 @@
  * `start` runs, and `close`. Subclasses only choose the launcher.
  */
 
-import { IdMap } from "../engine/id-map.ts";
 import {
   DEFAULT_MAX_TOOL_CALLS,
   DEFAULT_TIMEOUT_MS,
@@ -16,11 +15,12 @@ import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { budgetFor, type GuestMemoryBudget } from "../host/memory-budget.ts";
-import { isIdentifier, toCodemodeIdentifier } from "../identifier.ts";
-import { optionKeys, refuseUnknownOptions } from "../options.ts";
-// The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
-import { CodemodeSourceError } from "../source/errors.ts";
+import { IdMap } from "../platform/id-map.ts";
+import { isIdentifier, toCodemodeIdentifier } from "../platform/identifier.ts";
+import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { explainScriptError } from "../source/script-errors.ts";
+// The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
+import { CodemodeSourceError } from "../source/source-error.ts";
 import { stripTypeScript } from "../source/typescript.ts";
 import { startTrace } from "../tracing/index.ts";
 import type {

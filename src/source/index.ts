@@ -3,7 +3,7 @@
  * its first line, `CODEMODE_SOURCE_GRAMMAR` describes the same scripts for grammar-constrained tool input, and
  * `stripTypeScript` turns TypeScript into JavaScript by erasing its types in place.
  */
-export { CodemodeSourceError, type CodemodeSourcePosition, type CodemodeSourceRule } from "./errors.ts";
+
 export { CODEMODE_SOURCE_GRAMMAR } from "./grammar.ts";
 export {
   CODEMODE_OPTIONS_LIMITS,
@@ -12,7 +12,8 @@ export {
   type CodemodeSourceOptions,
   type ParsedCodemodeSource,
   parseCodemodeSource,
-} from "./options.ts";
+} from "./options-line.ts";
+export { CodemodeSourceError, type CodemodeSourcePosition, type CodemodeSourceRule } from "./source-error.ts";
 export {
   SCRIPT_ENVIRONMENT_DECLARATIONS,
   type TypecheckDiagnostic,

@@ -4,9 +4,9 @@
  * loaded on first use.
  */
 import type * as TS from "typescript";
+import type { ToolLike } from "../declarations/declaration-types.ts";
 import { renderDeclarations } from "../declarations/index.ts";
-import type { ToolLike } from "../declarations/types.ts";
-import { nodeRequire } from "../engine/platform.ts";
+import { nodeRequire } from "../platform/platform.ts";
 
 /** Declarations of what every script sees besides its tools and globals. */
 export const SCRIPT_ENVIRONMENT_DECLARATIONS = `type ImageBlock = { type: "image"; data: string; mimeType: string };

@@ -1,4 +1,4 @@
-import { CodemodeSourceError } from "./errors.ts";
+import { CodemodeSourceError } from "./source-error.ts";
 
 /** What amaro throws for code it can't strip: a plain object, not an `Error`. */
 export interface AmaroError {

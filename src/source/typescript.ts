@@ -1,5 +1,5 @@
 import type { transformSync } from "amaro";
-import { nodeRequire } from "../engine/platform.ts";
+import { nodeRequire } from "../platform/platform.ts";
 import { type AmaroError, isAmaroError, toCodemodeSourceError } from "./typescript-errors.ts";
 
 type Amaro = { transformSync: typeof transformSync };

@@ -1,7 +1,7 @@
 /** Typed tools: `defineTool` validates a definition once and returns a frozen tool with a digest. */
 import type { z } from "zod";
 import { type JsonValue, jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { configError } from "./errors.ts";
 import {
   checkId,

@@ -15,7 +15,7 @@
  */
 import type { z } from "zod";
 import { type JsonValue, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { Budget, isCount } from "./budget.ts";
 import {
   type AnyTool,

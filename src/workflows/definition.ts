@@ -6,7 +6,7 @@
  */
 import type { z } from "zod";
 import { type JsonValue, jsonDigest, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
 import { AirlockError, configError } from "../tools/errors.ts";
 import { checkName, checkSchema, schemaDescription } from "../tools/validate.ts";

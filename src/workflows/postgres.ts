@@ -17,7 +17,7 @@
  */
 import { createRequire } from "node:module";
 import type { Pool, PoolClient, PoolConfig } from "pg";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { AirlockError } from "../tools/errors.ts";
 import {
   eventFromRow,

@@ -5,9 +5,9 @@
  * committed store command before the tool is dispatched; nothing is replayed after a crash.
  */
 import type { z } from "zod";
-import { verifyApprover } from "../code-mode/approval-decisions.ts";
+import { verifyApprover } from "../code-mode/approvals/decisions.ts";
 import { domainDigest, type JsonValue, tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { Budget } from "../tools/budget.ts";
 import { changesNothing, requiredPermissions, type Scope, type ToolEffect } from "../tools/define.ts";
 import { AirlockError, configError, type Outcome } from "../tools/errors.ts";

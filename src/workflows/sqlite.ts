@@ -4,7 +4,7 @@
  * one `BEGIN IMMEDIATE` transaction. Several processes may open the same file: SQLite serialises their writers.
  */
 import { createRequire } from "node:module";
-import { optionKeys, unknownOption } from "../options.ts";
+import { optionKeys, unknownOption } from "../platform/options.ts";
 import { AirlockError } from "../tools/errors.ts";
 import {
   eventFromRow,

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { PROVENANCE_LABEL } from "airlock-codemode/adapter-code-docker";
 
-const SERVE_ENTRY = fileURLToPath(new URL("../../dist/adapter-code-docker/serve.js", import.meta.url));
+const SERVE_ENTRY = fileURLToPath(new URL("../../dist/docker/vm-side.js", import.meta.url));
 const STAND_IN = fileURLToPath(new URL("../fixtures/process/fake-docker.mjs", import.meta.url));
 
 export const STAND_IN_IMAGE = `sha256:${"a".repeat(64)}`;

@@ -50,7 +50,7 @@ export const sandboxEntry = join(fixtures, "sandbox-worker.ts");
 export async function startWorkerd(): Promise<Workerd> {
   const [agent, sandbox] = await Promise.all([bundleWorker(agentEntry), bundleWorker(sandboxEntry)]);
   // The module airlock-codemode/cloudflare imports, as a bundler finds it beside the package's files.
-  const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "quickjs-tracked.wasm"));
+  const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "wasm", "quickjs-tracked.wasm"));
   const { Miniflare } = await import("miniflare");
   const mf = new Miniflare({
     // Fetches nothing at start (the request.cf data).
@@ -74,7 +74,7 @@ export async function startWorkerd(): Promise<Workerd> {
         modulesRoot: ROOT,
         modules: [
           { type: "ESModule", path: `${ROOT}/cloudflare/sandbox.js`, contents: sandbox },
-          { type: "CompiledWasm", path: `${ROOT}/engine/quickjs-tracked.wasm`, contents: wasm },
+          { type: "CompiledWasm", path: `${ROOT}/engine/wasm/quickjs-tracked.wasm`, contents: wasm },
         ],
         durableObjects: {
           SANDBOX: "CodemodeSandbox",
@@ -123,7 +123,7 @@ export interface SingleWorker {
  */
 export async function startSingleWorker(entry: string, durableObjects: Record<string, string>): Promise<SingleWorker> {
   const code = await bundleWorker(entry);
-  const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "quickjs-tracked.wasm"));
+  const wasm = readFileSync(join(here, "..", "..", "dist", "engine", "wasm", "quickjs-tracked.wasm"));
   const { Miniflare } = await import("miniflare");
   const mf = new Miniflare({
     cf: false,
@@ -131,7 +131,7 @@ export async function startSingleWorker(entry: string, durableObjects: Record<st
     modulesRoot: ROOT,
     modules: [
       { type: "ESModule", path: `${ROOT}/cloudflare/worker.js`, contents: code },
-      { type: "CompiledWasm", path: `${ROOT}/engine/quickjs-tracked.wasm`, contents: wasm },
+      { type: "CompiledWasm", path: `${ROOT}/engine/wasm/quickjs-tracked.wasm`, contents: wasm },
     ],
     durableObjects,
   });

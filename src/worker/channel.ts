@@ -1,0 +1,169 @@
+/**
+ * The channel to a VM side on a worker thread of this process: batches posted through the worker's port, plus two
+ * shared-memory lanes that skip the posting on the hot path (lane.ts: answers to a worker that waits on them;
+ * event-lane.ts: the worker's next events to a host that polls for them), plus the stop flags, handled counts and
+ * turn word the worker shares with the host.
+ */
+import { Worker, type WorkerOptions } from "node:worker_threads";
+import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
+import type { HostCommand } from "../engine/protocol.ts";
+import { TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
+import type { HostChannel, SharedState } from "../host/peer.ts";
+import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
+import { createLaneBuffer, HostLane } from "./lane.ts";
+import { threadCpuMs } from "./thread-clock.ts";
+import type { WorkerData } from "./vm-side.ts";
+
+/** Messages one batch from a worker may carry: a VM turn emits at most its output items plus its calls. */
+const MAX_MESSAGES_PER_BATCH = 1_000_000;
+
+export interface WorkerChannelOptions {
+  module: WebAssembly.Module;
+  maxVms: number;
+  workerUrl?: string | URL;
+}
+
+export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
+  const slots = options.maxVms;
+  const turn = new Int32Array(new SharedArrayBuffer(TURN_SLOTS * 4));
+  const shared: SharedState = {
+    stopFlags: new Int32Array(new SharedArrayBuffer(slots * 4)),
+    handled: new Int32Array(new SharedArrayBuffer(slots * 4)),
+    turn,
+    turnEpochMs: Date.now(),
+    // The worker writes its thread's id once it runs.
+    cpuMs: () => {
+      const thread = Atomics.load(turn, TurnSlot.thread);
+      return thread === 0 ? undefined : threadCpuMs(thread);
+    },
+  };
+  const laneBuffer = createLaneBuffer();
+  const eventsBuffer = createEventLaneBuffer();
+  const data: WorkerData = {
+    module: options.module,
+    stopFlags: shared.stopFlags,
+    handled: shared.handled,
+    turn: shared.turn,
+    turnEpochMs: shared.turnEpochMs,
+    lane: laneBuffer,
+    events: eventsBuffer,
+    maxStackSize: WORKER_MAX_STACK_SIZE,
+    maxVms: options.maxVms,
+  };
+  const worker = startWorker(options.workerUrl ?? new URL("./vm-side.js", import.meta.url), {
+    workerData: data,
+    resourceLimits: { stackSizeMb: WORKER_STACK_SIZE_MB },
+  });
+  worker.unref();
+  const lane = new HostLane(laneBuffer);
+  let deliver: (message: unknown) => void = () => {};
+  let closeHandler: (reason: string) => void = () => {};
+  let brokenHandler: (reason: string) => void = () => {};
+  let closed = false;
+  const broken = (what: string) => {
+    if (closed) return;
+    closed = true;
+    events.close();
+    brokenHandler(`the worker broke the protocol: ${what}`);
+  };
+  const gone = (reason: string) => {
+    if (closed) return;
+    closed = true;
+    events.close();
+    closeHandler(reason);
+  };
+  const unpack = (batch: unknown) => {
+    if (!Array.isArray(batch) || batch.length > MAX_MESSAGES_PER_BATCH) {
+      broken("a message is not a batch of messages");
+      return;
+    }
+    for (const message of batch) {
+      if (closed) return;
+      deliver(message);
+    }
+  };
+  const events = new HostEventLane(
+    eventsBuffer,
+    (json) => {
+      let batch: unknown;
+      try {
+        batch = JSON.parse(json);
+      } catch {
+        broken("an event batch is not JSON");
+        return;
+      }
+      unpack(batch);
+    },
+    (reason) => broken(reason),
+  );
+  worker.on("message", (batch) => {
+    events.messageArrived();
+    unpack(batch);
+  });
+  worker.on("error", (error) => gone(`the worker failed: ${error.message}`));
+  worker.on("exit", (code) => gone(`the worker exited with code ${code}`));
+
+  // Commands leave in batches too: the answers to calls that settled in the same turn are one message.
+  let outbox: HostCommand[] = [];
+  const flush = () => {
+    const commands = outbox;
+    outbox = [];
+    if (closed) return;
+    // Call results for a worker that waits on them go through the lane (and its next events, soon, through the event
+    // lane); everything else is posted.
+    if (commands.every((c) => c.type === "settle") && lane.handOff(JSON.stringify(commands))) {
+      events.poll();
+      return;
+    }
+    lane.willPost();
+    worker.postMessage(commands);
+    lane.posted();
+  };
+  return {
+    shared,
+    send(commands) {
+      const first = outbox.length === 0;
+      for (const command of commands) outbox.push(command);
+      if (first) queueMicrotask(flush);
+    },
+    onMessage(handler) {
+      deliver = handler;
+    },
+    onClose(handler) {
+      closeHandler = handler;
+    },
+    onBroken(handler) {
+      brokenHandler = handler;
+    },
+    async kill() {
+      closed = true;
+      events.close();
+      await worker.terminate();
+    },
+    ref(on) {
+      if (on) worker.ref();
+      else worker.unref();
+    },
+  };
+}
+
+/**
+ * Starts a worker with the host's Node flags. A worker inherits them by default, whatever they are, except that
+ * `--input-type` (a host run with `-e`) stops it from starting. Leaving that one out means listing the rest, and Node
+ * refuses a list with V8 or process-wide flags (`--max-old-space-size`, `--expose-gc`), which a worker shares with
+ * the process anyway: such a host's workers start with no flags of their own.
+ */
+function startWorker(url: string | URL, options: WorkerOptions): Worker {
+  const execArgv = process.execArgv;
+  const inputType = execArgv.findIndex((flag) => flag === "--input-type" || flag.startsWith("--input-type="));
+  if (inputType < 0) return new Worker(url, options);
+  const kept = execArgv.filter(
+    (_, i) => i !== inputType && !(i === inputType + 1 && execArgv[inputType] === "--input-type"),
+  );
+  try {
+    return new Worker(url, { ...options, execArgv: kept });
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== "ERR_WORKER_INVALID_EXEC_ARGV") throw error;
+    return new Worker(url, { ...options, execArgv: [] });
+  }
+}
