@@ -30,6 +30,8 @@ export {
   STUCK_AFTER_MS,
   WARM_RUNS,
 } from "./host/pool.ts";
+export { DEFAULT_VMS_PER_THREAD, MAX_POOL_SIZE_PER_CORE } from "./host/pool-options.ts";
+export { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./inline/sandbox.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./platform/identifier.ts";
 export * from "./process/index.ts";
 export type { CodemodeRemote } from "./remote/channel.ts";
@@ -56,11 +58,4 @@ export {
   tracingAvailable,
 } from "./tracing/index.ts";
 export type * from "./types.ts";
-export { MAX_POOL_SIZE_PER_CORE } from "./worker/launcher.ts";
-export {
-  CodemodeSandbox,
-  type CodemodeSandboxOptions,
-  DEFAULT_VMS_PER_THREAD,
-  InlineCodemodeSandbox,
-  type InlineCodemodeSandboxOptions,
-} from "./worker/sandbox.ts";
+export { CodemodeSandbox, type CodemodeSandboxOptions } from "./worker/sandbox.ts";

@@ -26,7 +26,8 @@ export {
 } from "./engine/limits.ts";
 export { MAX_EXCHANGE_BYTES, RPC_LIMIT_BYTES } from "./engine/rpc-bytes.ts";
 export { MAX_BATCH_CHARS } from "./engine/serve.ts";
-export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./inline/sandbox.ts";
+export { DEFAULT_VMS_PER_THREAD } from "./host/pool-options.ts";
+export { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./inline/sandbox.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./platform/identifier.ts";
 export {
   type CodemodeRemote,

@@ -6,7 +6,8 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { runConfiguration, UNSEEDED } from "../dist/engine/protocol.js";
 import { TURN_SLOTS, TurnSlot } from "../dist/engine/runner.js";
-import { type HostChannel, HostPeer, type SharedState, WALL_TIMED_MS } from "../dist/host/peer.js";
+import type { HostChannel, SharedState } from "../dist/host/channel.js";
+import { HostPeer, WALL_TIMED_MS } from "../dist/host/peer.js";
 import { CodemodeSandbox } from "../dist/index.js";
 import { currentThreadId, threadCpuMs } from "../dist/worker/thread-clock.js";
 

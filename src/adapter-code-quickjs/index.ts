@@ -10,30 +10,29 @@
  *   in processes or sandboxes you launch (up to `maxPoolSize` at once), over the message protocol of transport/PROTOCOL.md;
  *   `serveQuickJsProtocol` is that VM side.
  */
-import { availableParallelism } from "node:os";
 import { makeSandboxAdapter, type SandboxExecuteRequest } from "../code-mode/adapter.ts";
 import { loadQuickJSWasm } from "../engine/wasm/load.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
+import { cores, defaultMaxPoolSize } from "../host/pool-options.ts";
 import { optionKeys, unknownOption } from "../platform/options.ts";
 import { configError } from "../tools/errors.ts";
-import { defaultMaxPoolSize, WorkerPool } from "../worker/launcher.ts";
+import { WorkerPool } from "../worker/launcher.ts";
 import { executeOnLauncher, QUICKJS_LANGUAGES } from "./execute-on-launcher.ts";
 import { countOption, maxPoolSizeOption } from "./pool-options.ts";
 import type { ClosableSandboxAdapter } from "./protocol-adapter.ts";
 
 export {
-  PROTOCOL_BOOT_TIMEOUT_MS,
-  PROTOCOL_MAX_CONNECTIONS,
-  QUICKJS_PROTOCOL,
-  QUICKJS_PROTOCOL_VERSION,
-  type QuickJsHostMessage,
-  type QuickJsProtocolTransport,
-  type QuickJsRunRequest,
+  PROTOCOL_NAME as QUICKJS_PROTOCOL,
+  PROTOCOL_VERSION as QUICKJS_PROTOCOL_VERSION,
+} from "../engine/protocol.ts";
+export type { QuickJsHostMessage, QuickJsProtocolTransport, QuickJsRunRequest } from "../transport/channel.ts";
+export { PROTOCOL_BOOT_TIMEOUT_MS, PROTOCOL_MAX_CONNECTIONS } from "../transport/launcher.ts";
+export {
   type QuickJsServerTransport,
   type QuickJsVmMessage,
   type ServeQuickJsProtocolOptions,
   serveQuickJsProtocol,
-} from "../transport/launcher.ts";
+} from "../transport/vm-side.ts";
 export { VM_WALL_SLACK_MS, wrapProgramSource } from "./execute-on-launcher.ts";
 export {
   type ClosableSandboxAdapter,
@@ -77,7 +76,7 @@ export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOption
   const unknown = unknownOption(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS);
   if (unknown !== undefined) throw configError(unknown);
   const givenMax = countOption(options.maxPoolSize, "maxPoolSize", Number.POSITIVE_INFINITY);
-  const size = countOption(options.poolSize, "poolSize", Math.min(2, Math.max(1, availableParallelism()), givenMax));
+  const size = countOption(options.poolSize, "poolSize", Math.min(2, cores(), givenMax));
   const maxSize = maxPoolSizeOption(options.maxPoolSize, size, defaultMaxPoolSize(size));
   const maxVmsPerWorker = countOption(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
   const wasmPath = options.wasmPath;

@@ -13,7 +13,8 @@ import {
 import { hostMemoryBudget } from "../host/memory-budget.ts";
 import { optionKeys, unknownOption } from "../platform/options.ts";
 import { configError } from "../tools/errors.ts";
-import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher, type QuickJsProtocolTransport } from "../transport/launcher.ts";
+import type { QuickJsProtocolTransport } from "../transport/channel.ts";
+import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher } from "../transport/launcher.ts";
 import { executeOnLauncher, QUICKJS_LANGUAGES } from "./execute-on-launcher.ts";
 import { countOption } from "./pool-options.ts";
 

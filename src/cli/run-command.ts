@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 // The modules a run needs rather than the package's index, which also loads zod for tool schemas (~0.1 s).
 import { DEFAULT_TIMEOUT_MS } from "../engine/limits.ts";
+import { InlineCodemodeSandbox } from "../inline/sandbox.ts";
 import { IsolationUnavailableError, ProcessCodemodeSandbox } from "../process/index.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
@@ -13,7 +14,7 @@ import type {
   CodemodeResult,
   CodemodeSandboxBaseOptions,
 } from "../types.ts";
-import { CodemodeSandbox, InlineCodemodeSandbox } from "../worker/sandbox.ts";
+import { CodemodeSandbox } from "../worker/sandbox.ts";
 import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, timeoutFlag, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./commands.ts";
 import { formatError, formatOutput, formatValue, nameFrames, type ScriptSource } from "./format.ts";

@@ -23,7 +23,7 @@ import { randomUUID } from "node:crypto";
 import type { Readable, Writable } from "node:stream";
 import { type ClosableSandboxAdapter, makeProtocolAdapter } from "../adapter-code-quickjs/protocol-adapter.ts";
 import { encodeFrame, FrameReader } from "../process/frames.ts";
-import type { QuickJsHostMessage, QuickJsProtocolTransport } from "../transport/launcher.ts";
+import type { QuickJsHostMessage, QuickJsProtocolTransport } from "../transport/channel.ts";
 import {
   type CheckedDockerOptions,
   checkDockerOptions,

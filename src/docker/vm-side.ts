@@ -4,7 +4,7 @@
  */
 
 import { encodeFrame, FrameReader } from "../process/frames.ts";
-import { serveQuickJsProtocol } from "../transport/launcher.ts";
+import { serveQuickJsProtocol } from "../transport/vm-side.ts";
 
 let receive: ((messages: unknown[]) => void) | undefined;
 const reader = new FrameReader();

@@ -22,23 +22,7 @@ import {
 import { LONG_TURN_MS, TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
 import { IdMap } from "../platform/id-map.ts";
 import { runSoon } from "../platform/platform.ts";
-
-/** Memory a VM side in the same process shares with the host. */
-export interface SharedState {
-  /** Stop flags by slot (see StopCode). */
-  stopFlags: Int32Array;
-  /** Commands handled by slot (see RunnerOptions.handled). */
-  handled: Int32Array;
-  /** The turn word (see RunnerOptions.turn). */
-  turn: Int32Array;
-  /** What the turn word's start times count from. */
-  turnEpochMs: number;
-  /**
-   * The CPU time the VM side's thread has computed so far in ms, where the system tells (worker/thread-clock.ts): a turn's
-   * length is then the time it computed, not the time it also waited for a core.
-   */
-  cpuMs?(): number | undefined;
-}
+import type { HostChannel, SharedState } from "./channel.ts";
 
 /**
  * A turn is timed on the wall clock up to this many ms; past it, only the CPU time its thread computed counts (where
@@ -47,28 +31,6 @@ export interface SharedState {
 export const WALL_TIMED_MS = 2;
 /** How often a long turn's thread CPU time is read at most (a read costs a few microseconds). */
 const CPU_READ_EVERY_MS = 1;
-
-/** The host's end of the channel to one VM side. */
-export interface HostChannel {
-  /** Sends commands, in order, as one batch. */
-  send(commands: HostCommand[]): void;
-  /** Sets the receiver of the VM side's messages, unchecked (the peer checks them). */
-  onMessage(handler: (message: unknown) => void): void;
-  /** Sets what happens when the VM side is gone by itself (exited, closed, failed), with how. */
-  onClose(handler: (reason: string) => void): void;
-  /** Sets what happens when the channel finds the VM side broke the protocol (a frame that is not JSON, say). */
-  onBroken?(handler: (reason: string) => void): void;
-  /** Ends the VM side for good (terminate the thread, kill the process, close the transport); resolves once gone. */
-  kill(): Promise<void>;
-  /** Whether the channel keeps the host process alive (it does while runs are open). */
-  ref?(on: boolean): void;
-  /** Set for a VM side in this process: the peer then stops runs and reads turns through shared memory. */
-  shared?: SharedState;
-  /**
-   * A command built from one execution's input (its request, a call's answer) that the channel cannot carry (over
-   * its frame limit) is that execution's fault: `send` throws a RangeError for it, and the peer fails that run alone.
-   */
-}
 
 export interface PeerOptions {
   /** Time the VM side has to announce itself. */

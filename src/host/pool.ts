@@ -28,10 +28,11 @@ import {
 import { randomWords } from "../engine/random.ts";
 import { runFailure } from "../engine/run.ts";
 import { IdMap } from "../platform/id-map.ts";
+import type { HostChannel } from "./channel.ts";
 import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
-import { type GoneCause, type HostChannel, HostPeer } from "./peer.ts";
+import { type GoneCause, HostPeer } from "./peer.ts";
 
 /** How long a turn may compute before the VM side counts as stuck: no new work, and waiting runs move away. */
 export const STUCK_AFTER_MS = 5;

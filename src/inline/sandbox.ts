@@ -8,13 +8,11 @@ import {
   INLINE_MAX_STACK_SIZE,
 } from "../engine/limits.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
-import type { Launcher } from "../host/launcher.ts";
+import { DEFAULT_VMS_PER_THREAD } from "../host/pool-options.ts";
 import { budgetOption, CodemodeSandboxBase, checkCount, checkOptions } from "../sandbox/base.ts";
+import { withModule } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { InlineLauncher } from "./launcher.ts";
-
-/** VMs one thread keeps for executions that wait on tools at the same time. */
-export const DEFAULT_VMS_PER_THREAD = 64;
 
 export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**
@@ -25,13 +23,6 @@ export interface InlineCodemodeSandboxOptions extends CodemodeSandboxBaseOptions
   wasm?: WebAssembly.Module | Promise<WebAssembly.Module>;
   /** VMs kept on this thread for concurrent executions; default `DEFAULT_VMS_PER_THREAD`. */
   maxVms?: number;
-}
-
-/** The default module where the platform can read it from disk (set by the Node entry, worker/sandbox.ts). */
-let defaultModule: (() => WebAssembly.Module) | undefined;
-
-export function useDefaultQuickJSWasm(load: () => WebAssembly.Module): void {
-  defaultModule = load;
 }
 
 /**
@@ -73,30 +64,3 @@ const WORKERS_DEFAULTS = {
   interruptBudget: DEFAULT_INTERRUPT_BUDGET,
   memoryLimitBytes: DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
 };
-
-/** The launcher at once for a module (or the default one), or once a promised module has compiled. */
-export function withModule<L extends Launcher>(
-  wasm: WebAssembly.Module | Promise<WebAssembly.Module> | undefined,
-  make: (module: WebAssembly.Module) => L,
-  sandbox: string,
-): L | DeferredLauncher<L> {
-  if (wasm === undefined) {
-    if (!defaultModule) {
-      throw new TypeError(
-        `${sandbox} needs the wasm option here (a compiled QuickJS module): this platform cannot read the installed one from disk`,
-      );
-    }
-    return make(defaultModule());
-  }
-  checkWasm(wasm);
-  if (wasm instanceof WebAssembly.Module) return make(wasm);
-  return new DeferredLauncher(Promise.resolve(wasm).then(make));
-}
-
-/** Throws unless `wasm` is a compiled module or a promise (of one, checked where it is awaited). */
-export function checkWasm(wasm: unknown): asserts wasm is WebAssembly.Module | Promise<WebAssembly.Module> {
-  if (wasm instanceof WebAssembly.Module) return;
-  if (typeof (wasm as Promise<unknown>)?.then !== "function") {
-    throw new TypeError("wasm must be a WebAssembly.Module or a promise of one, for example loadQuickJSWasm()");
-  }
-}

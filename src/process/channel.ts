@@ -1,24 +1,16 @@
 /**
- * VMs in a warm pool of child processes: the scheduler (host/pool.ts) over framed-stdio channels. Each child boots
- * once (module, prelude, image) and then runs many executions. The host and a child share no memory: commands and
- * messages travel as length-prefixed JSON frames over the child's stdin and stdout, and the host peer validates every
- * frame like untrusted input. A child that breaks the protocol, floods its channel or does not stop a run in time is
- * killed once with SIGKILL (its process group); its other executions are rebuilt in another child. Its stderr is
- * drained and only a bounded tail is kept for error messages.
+ * The channel to a VM side in a child process. The host and a child share no memory: commands and messages travel as
+ * length-prefixed JSON frames over the child's stdin and stdout, and the host peer validates every frame like
+ * untrusted input. Its stderr is drained and only a bounded tail is kept for error messages.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
-import type { HostCommand, RunConfiguration, VmEvent } from "../engine/protocol.ts";
-import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
-import type { GuestMemoryBudget } from "../host/memory-budget.ts";
-import type { HostChannel } from "../host/peer.ts";
-import { PeerPool, type PoolStats, REMOTE_STOP_GRACE_MS } from "../host/pool.ts";
+import type { HostCommand } from "../engine/protocol.ts";
+import type { HostChannel } from "../host/channel.ts";
 import { encodeFrame, FrameReader, MAX_FRAME_BYTES } from "./frames.ts";
 
 /** Bytes of a child's stderr kept for error messages; the rest is dropped as it arrives. */
 const STDERR_TAIL_BYTES = 4096;
-/** Time a child has to boot before it counts as failed. */
-const BOOT_TIMEOUT_MS = 30_000;
 
 /** How to start one child: the command, and bytes to hand it on extra descriptors (3, 4, ...). */
 export interface ChildPlan {
@@ -161,73 +153,4 @@ export function openChildChannel(plan: ChildPlan, maxFrameBytes = MAX_FRAME_BYTE
       }
     },
   };
-}
-
-export interface ProcessPoolOptions {
-  size: number;
-  maxSize: number;
-  /** Runs one child takes at once (its VMs). */
-  capacity: number;
-  /** Builds the plan of each new child (called for replacements too). */
-  plan: () => ChildPlan;
-  budget: GuestMemoryBudget;
-  stopGraceMs?: number;
-  maxFrameBytes?: number;
-}
-
-export class ProcessPool implements Launcher {
-  private readonly pool: PeerPool;
-  private readonly channels = new Set<ChildChannel>();
-  readonly size: number;
-
-  constructor(options: ProcessPoolOptions) {
-    this.size = options.size;
-    this.pool = new PeerPool({
-      open: () => {
-        const channel = openChildChannel(options.plan(), options.maxFrameBytes);
-        this.channels.add(channel);
-        channel.process.once("exit", () => this.channels.delete(channel));
-        return channel;
-      },
-      size: options.size,
-      maxSize: options.maxSize,
-      capacity: options.capacity,
-      what: "child process",
-      budget: options.budget,
-      bootTimeoutMs: BOOT_TIMEOUT_MS,
-      stopGraceMs: options.stopGraceMs ?? REMOTE_STOP_GRACE_MS,
-    });
-  }
-
-  /**
-   * Resolves once every child has booted and run its warm-up, primed with `prime` (see PeerPool.warm); rejects with
-   * the reason of the first that could not.
-   */
-  warm(prime?: RunConfiguration): Promise<void> {
-    return this.pool.warm(prime);
-  }
-
-  /** Live child processes (for tests and monitoring). */
-  get processCount(): number {
-    return this.pool.peerCount;
-  }
-
-  /** Host pids of the live children (for tests and monitoring). */
-  get pids(): number[] {
-    return this.pool.livePeers
-      .map((peer) => (peer.channel as ChildChannel).process.pid)
-      .filter((pid): pid is number => pid !== undefined);
-  }
-
-  get stats(): PoolStats {
-    return this.pool.stats;
-  }
-
-  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
-    return this.pool.launch(request, onEvent);
-  }
-
-  close(): Promise<void> {
-    return this.pool.close();
-  }
 }

@@ -2,21 +2,20 @@
  * `ProcessCodemodeSandbox`: the worker pool moved into child processes that the operating system isolates. Tools
  * stay in the host; only the VMs and the bridge live in the children.
  */
-import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import type { PoolStats } from "../host/pool.ts";
+import { cores, defaultMaxPoolSize } from "../host/pool-options.ts";
 import {
   budgetOption,
   CodemodeSandboxBase,
   checkCount,
+  checkMaxPoolSize,
   checkOptions,
   DEFAULT_MEMORY_LIMIT_BYTES,
 } from "../sandbox/base.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { defaultMaxPoolSize } from "../worker/launcher.ts";
-import { checkMaxPoolSize } from "../worker/sandbox.ts";
-import { ProcessPool } from "./channel.ts";
 import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation/resolve.ts";
+import { ProcessPool } from "./launcher.ts";
 
 /** VMs one child keeps for executions that wait on tools at the same time. */
 export const DEFAULT_VMS_PER_CHILD = 64;
@@ -56,7 +55,7 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
       "isolation",
       "childEntry",
     ]);
-    const size = checkCount(options.poolSize, "poolSize") ?? Math.max(1, availableParallelism());
+    const size = checkCount(options.poolSize, "poolSize") ?? cores();
     const maxSize = checkMaxPoolSize(options.maxPoolSize, size) ?? defaultMaxPoolSize(size);
     const budget = budgetOption(options);
     const maxVms = checkCount(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;

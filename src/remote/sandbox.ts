@@ -8,11 +8,12 @@ import {
   DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
   INLINE_MAX_STACK_SIZE,
 } from "../engine/limits.ts";
-import { checkWasm } from "../inline/sandbox.ts";
 import { refuseUnknownOptions } from "../platform/options.ts";
 import { CodemodeSandboxBase, checkInterruptBudget, checkMemory, checkOptions } from "../sandbox/base.ts";
+import { checkWasm } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { RemoteLauncher, type RemoteSandboxStub } from "./channel.ts";
+import type { RemoteSandboxStub } from "./channel.ts";
+import { RemoteLauncher } from "./launcher.ts";
 import { type CodemodeRemoteRequest, checkRemoteRequest, type RemoteExchange, RemoteVmSide } from "./vm-side.ts";
 
 /** Time `warm()` gives a cold object to boot and run its first script. */

@@ -15,6 +15,7 @@ import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { budgetFor, type GuestMemoryBudget } from "../host/memory-budget.ts";
+import { defaultMaxPoolSize } from "../host/pool-options.ts";
 import { IdMap } from "../platform/id-map.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../platform/identifier.ts";
 import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
@@ -574,6 +575,16 @@ export function checkCount(value: unknown, name: string): number | undefined {
     throw new RangeError(`${name} must be an integer between 1 and 1024, got ${shown(value)}`);
   }
   return value;
+}
+
+/** `maxPoolSize`, checked against `poolSize`; undefined: the default for the pool's size. */
+export function checkMaxPoolSize(value: unknown, size: number | undefined): number | undefined {
+  const max = checkCount(value, "maxPoolSize");
+  if (max !== undefined && size !== undefined && max < size) {
+    throw new RangeError(`maxPoolSize (${max}) must be at least poolSize (${size})`);
+  }
+  if (max === undefined && size !== undefined) return defaultMaxPoolSize(size);
+  return max;
 }
 
 /** A value as an error message shows it: strings quoted, so that "2" is not taken for 2. */

@@ -8,7 +8,7 @@ import { Worker, type WorkerOptions } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
 import type { HostCommand } from "../engine/protocol.ts";
 import { TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
-import type { HostChannel, SharedState } from "../host/peer.ts";
+import type { HostChannel, SharedState } from "../host/channel.ts";
 import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
 import { threadCpuMs } from "./thread-clock.ts";

@@ -4,18 +4,15 @@
  * tools do not block each other, new work avoids a worker that computes, and a worker that does not stop a run in
  * time is terminated, its other executions rebuilt elsewhere.
  */
-import { availableParallelism } from "node:os";
 import type { RunConfiguration, VmEvent } from "../engine/protocol.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
 import type { GuestMemoryBudget } from "../host/memory-budget.ts";
 import { PeerPool, type PoolStats } from "../host/pool.ts";
+import { cores, defaultMaxPoolSize } from "../host/pool-options.ts";
 import { openWorkerChannel } from "./channel.ts";
 
 /** Time a worker has to boot. */
 const BOOT_TIMEOUT_MS = 30_000;
-
-/** Default largest pool: this many workers per core, for executions that compute while others wait. */
-export const MAX_POOL_SIZE_PER_CORE = 4;
 
 export interface WorkerPoolOptions {
   module: WebAssembly.Module;
@@ -29,17 +26,12 @@ export interface WorkerPoolOptions {
   budget: GuestMemoryBudget;
 }
 
-/** The default largest pool for `size` threads kept. */
-export function defaultMaxPoolSize(size: number): number {
-  return Math.max(size, MAX_POOL_SIZE_PER_CORE * Math.max(1, availableParallelism()));
-}
-
 export class WorkerPool implements Launcher {
   private readonly pool: PeerPool;
   readonly size: number;
 
   constructor(options: WorkerPoolOptions) {
-    this.size = options.size ?? Math.max(1, availableParallelism());
+    this.size = options.size ?? cores();
     this.pool = new PeerPool({
       open: () =>
         openWorkerChannel({ module: options.module, maxVms: options.maxVmsPerWorker, workerUrl: options.workerUrl }),

@@ -1,22 +1,15 @@
-/** The sandbox of the core on Node and Bun: a warm worker-thread pool (the default); the calling thread is inline/sandbox.ts. */
+/** The sandbox of the core on Node and Bun: a warm pool of worker threads (the default). */
 import { loadQuickJSWasm } from "../engine/wasm/load.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
 import type { PoolStats } from "../host/pool.ts";
-import {
-  DEFAULT_VMS_PER_THREAD,
-  InlineCodemodeSandbox,
-  type InlineCodemodeSandboxOptions,
-  useDefaultQuickJSWasm,
-  withModule,
-} from "../inline/sandbox.ts";
-import { budgetOption, CodemodeSandboxBase, checkCount, checkOptions } from "../sandbox/base.ts";
+import { DEFAULT_VMS_PER_THREAD } from "../host/pool-options.ts";
+import { budgetOption, CodemodeSandboxBase, checkCount, checkMaxPoolSize, checkOptions } from "../sandbox/base.ts";
+import { useDefaultQuickJSWasm, withModule } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import { defaultMaxPoolSize, WorkerPool } from "./launcher.ts";
+import { WorkerPool } from "./launcher.ts";
 
 // On Node and Bun the sandboxes default to the installed QuickJS binary, read from disk.
 useDefaultQuickJSWasm(() => loadQuickJSWasm());
-
-export { DEFAULT_VMS_PER_THREAD, InlineCodemodeSandbox, type InlineCodemodeSandboxOptions };
 
 export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**
@@ -83,14 +76,4 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
     const pool = this.pool instanceof DeferredLauncher ? this.pool.inner : this.pool;
     return pool?.stats ?? { live: 0, peak: 0, lost: 0, moved: 0 };
   }
-}
-
-/** `maxPoolSize`, checked against `poolSize`; undefined: the default for the pool's size. */
-export function checkMaxPoolSize(value: unknown, size: number | undefined): number | undefined {
-  const max = checkCount(value, "maxPoolSize");
-  if (max !== undefined && size !== undefined && max < size) {
-    throw new RangeError(`maxPoolSize (${max}) must be at least poolSize (${size})`);
-  }
-  if (max === undefined && size !== undefined) return defaultMaxPoolSize(size);
-  return max;
 }
