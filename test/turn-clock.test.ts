@@ -46,8 +46,6 @@ function peerWithClock(cpuMs: (() => number | undefined) | undefined) {
   };
   const channel: HostChannel = {
     send: () => {},
-    onMessage: () => {},
-    onClose: () => {},
     kill: async () => {},
     shared,
   };

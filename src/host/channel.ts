@@ -25,12 +25,16 @@ export interface SharedState {
 export interface HostChannel {
   /** Sends commands, in order, as one batch. */
   send(commands: HostCommand[]): void;
-  /** Sets the receiver of the VM side's messages, unchecked (the peer checks them). */
-  onMessage(handler: (message: unknown) => void): void;
-  /** Sets what happens when the VM side is gone by itself (exited, closed, failed), with how. */
-  onClose(handler: (reason: string) => void): void;
-  /** Sets what happens when the channel finds the VM side broke the protocol (a frame that is not JSON, say). */
-  onBroken?(handler: (reason: string) => void): void;
+  /**
+   * Receives the VM side's messages, unchecked (the peer checks them). The handlers are assigned by the peer right
+   * after the channel opens, as on the MCP SDK's `Transport`: a channel calls each that is set, and holds nothing back
+   * for one that is not.
+   */
+  onmessage?: (message: unknown) => void;
+  /** The VM side is gone by itself (exited, closed, failed): `reason` says how. */
+  onclose?: (reason: string) => void;
+  /** The channel found that the VM side broke the protocol (a frame that is not JSON, say): the peer kills it. */
+  onerror?: (reason: string) => void;
   /** Ends the VM side for good (terminate the thread, kill the process, close the transport); resolves once gone. */
   kill(): Promise<void>;
   /** Whether the channel keeps the host process alive (it does while runs are open). */

@@ -128,9 +128,9 @@ export class HostPeer {
       options.bootTimeoutMs,
     );
     this.bootTimer.unref?.();
-    channel.onMessage((message) => this.onMessage(message));
-    channel.onClose((reason) => this.kill(reason, "exited"));
-    channel.onBroken?.((reason) => this.kill(reason, "broken"));
+    channel.onmessage = (message) => this.onMessage(message);
+    channel.onclose = (reason) => this.kill(reason, "exited");
+    channel.onerror = (reason) => this.kill(reason, "broken");
   }
 
   /** Runs it can still take. */

@@ -38,14 +38,11 @@ export function openChildChannel(plan: ChildPlan, maxFrameBytes = MAX_FRAME_BYTE
   const reader = new FrameReader(maxFrameBytes);
   let stderrTail = "";
   let booted = false;
-  let deliver: (message: unknown) => void = () => {};
-  let closeHandler: (reason: string) => void = () => {};
-  let brokenHandler: (reason: string) => void = () => {};
   let gone = false;
   const close = (reason: string) => {
     if (gone) return;
     gone = true;
-    closeHandler(reason);
+    channel.onclose?.(reason);
   };
   const child = spawn(plan.command, plan.args, {
     stdio: ["pipe", "pipe", "pipe", ...plan.fds.map(() => "pipe" as const)],
@@ -94,14 +91,14 @@ export function openChildChannel(plan: ChildPlan, maxFrameBytes = MAX_FRAME_BYTE
     } catch (error) {
       if (!gone) {
         gone = true;
-        brokenHandler(`the child process broke the protocol: ${(error as Error).message}`);
+        channel.onerror?.(`the child process broke the protocol: ${(error as Error).message}`);
       }
       return;
     }
     for (const message of messages) {
       if (gone) return;
       if (!booted && (message as { type?: unknown } | null)?.type === "ready") booted = true;
-      deliver(message);
+      channel.onmessage?.(message);
     }
   });
   (child.stderr as Readable).on("data", (chunk: Buffer) => {
@@ -113,7 +110,7 @@ export function openChildChannel(plan: ChildPlan, maxFrameBytes = MAX_FRAME_BYTE
     ref?: () => void;
     unref?: () => void;
   }[];
-  return {
+  const channel: ChildChannel = {
     process: child,
     send(commands: HostCommand[]) {
       if (gone) return;
@@ -124,15 +121,6 @@ export function openChildChannel(plan: ChildPlan, maxFrameBytes = MAX_FRAME_BYTE
       } catch (error) {
         close(`could not send to the child: ${(error as Error).message}`);
       }
-    },
-    onMessage(handler) {
-      deliver = handler;
-    },
-    onClose(handler) {
-      closeHandler = handler;
-    },
-    onBroken(handler) {
-      brokenHandler = handler;
     },
     async kill() {
       gone = true;
@@ -153,4 +141,5 @@ export function openChildChannel(plan: ChildPlan, maxFrameBytes = MAX_FRAME_BYTE
       }
     },
   };
+  return channel;
 }

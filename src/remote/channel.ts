@@ -27,9 +27,6 @@ const MAX_FAILURE_CHARS = 300;
 
 /** Opens a session with one remote object: the RPC starts at once, and ends when the channel is killed. */
 export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemoteRequest): HostChannel {
-  let deliver: (message: unknown) => void = () => {};
-  let closeHandler: (reason: string) => void = () => {};
-  let brokenHandler: (reason: string) => void = () => {};
   let closed = false;
   const outbox: unknown[] = [];
   let waiter: (() => void) | undefined;
@@ -38,11 +35,12 @@ export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemo
     waiter = undefined;
     resolve?.();
   };
-  const end = (handler: (reason: string) => void, reason: string) => {
+  const end = (how: "closed" | "broken", reason: string) => {
     if (closed) return;
     closed = true;
     wake();
-    handler(reason);
+    if (how === "broken") channel.onerror?.(reason);
+    else channel.onclose?.(reason);
   };
   const exchange: RemoteExchange = async (messages) => {
     if (closed) return null;
@@ -50,12 +48,12 @@ export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemo
     // this one waits in its place, so that one exchange at most waits at a time.
     wake();
     if (!Array.isArray(messages) || messages.length > MAX_MESSAGES_PER_EXCHANGE) {
-      end(brokenHandler, "the remote sandbox broke the protocol: an exchange did not carry a list of messages");
+      end("broken", "the remote sandbox broke the protocol: an exchange did not carry a list of messages");
       return null;
     }
     for (const message of messages) {
       if (closed) return null;
-      deliver(message);
+      channel.onmessage?.(message);
     }
     if (!closed && outbox.length === 0) {
       await new Promise<void>((resolve) => {
@@ -77,15 +75,15 @@ export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemo
     try {
       served = stub.execute(request, exchange);
     } catch (error) {
-      end(closeHandler, failure(error));
+      end("closed", failure(error));
       return;
     }
     Promise.resolve(served).then(
-      () => end(closeHandler, "the remote sandbox ended the session"),
-      (error: unknown) => end(closeHandler, failure(error)),
+      () => end("closed", "the remote sandbox ended the session"),
+      (error: unknown) => end("closed", failure(error)),
     );
   });
-  return {
+  const channel: HostChannel = {
     send(commands) {
       if (closed) return;
       for (const command of commands) {
@@ -99,20 +97,12 @@ export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemo
       for (const command of commands) outbox.push(command);
       wake();
     },
-    onMessage(handler) {
-      deliver = handler;
-    },
-    onClose(handler) {
-      closeHandler = handler;
-    },
-    onBroken(handler) {
-      brokenHandler = handler;
-    },
     async kill() {
       closed = true;
       wake();
     },
   };
+  return channel;
 }
 
 function failure(error: unknown): string {

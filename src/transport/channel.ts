@@ -27,12 +27,10 @@ export function openTransportChannel(
 ): HostChannel {
   let transport: QuickJsProtocolTransport | undefined;
   let queued: HostCommand[] | undefined = [];
-  let deliver: (message: unknown) => void = () => {};
-  let closeHandler: (reason: string) => void = () => {};
   let dead = false;
   const fail = (reason: string) => {
     if (dead) return;
-    closeHandler(reason);
+    channel.onclose?.(reason);
   };
   const closeTransport = () => {
     try {
@@ -74,7 +72,7 @@ export function openTransportChannel(
         let registering = "onMessage";
         try {
           launched.onMessage((message) => {
-            if (!dead) deliver(message);
+            if (!dead) channel.onmessage?.(message);
           });
           registering = "onClose";
           launched.onClose?.(() => fail("the VM side closed the connection"));
@@ -89,17 +87,11 @@ export function openTransportChannel(
     )
     // A transport whose getters throw: never an unhandled rejection that takes the host down.
     .catch(() => fail("launch() returned a transport that could not be used"));
-  return {
+  const channel: HostChannel = {
     send(commands) {
       if (dead) return;
       if (queued) queued.push(...commands);
       else for (const command of commands) send(command);
-    },
-    onMessage(handler) {
-      deliver = handler;
-    },
-    onClose(handler) {
-      closeHandler = handler;
     },
     async kill() {
       dead = true;
@@ -107,4 +99,5 @@ export function openTransportChannel(
       closeTransport();
     },
   };
+  return channel;
 }

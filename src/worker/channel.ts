@@ -56,21 +56,18 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
   });
   worker.unref();
   const lane = new HostLane(laneBuffer);
-  let deliver: (message: unknown) => void = () => {};
-  let closeHandler: (reason: string) => void = () => {};
-  let brokenHandler: (reason: string) => void = () => {};
   let closed = false;
   const broken = (what: string) => {
     if (closed) return;
     closed = true;
     events.close();
-    brokenHandler(`the worker broke the protocol: ${what}`);
+    channel.onerror?.(`the worker broke the protocol: ${what}`);
   };
   const gone = (reason: string) => {
     if (closed) return;
     closed = true;
     events.close();
-    closeHandler(reason);
+    channel.onclose?.(reason);
   };
   const unpack = (batch: unknown) => {
     if (!Array.isArray(batch) || batch.length > MAX_MESSAGES_PER_BATCH) {
@@ -79,7 +76,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     }
     for (const message of batch) {
       if (closed) return;
-      deliver(message);
+      channel.onmessage?.(message);
     }
   };
   const events = new HostEventLane(
@@ -119,21 +116,12 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     worker.postMessage(commands);
     lane.posted();
   };
-  return {
+  const channel: HostChannel = {
     shared,
     send(commands) {
       const first = outbox.length === 0;
       for (const command of commands) outbox.push(command);
       if (first) queueMicrotask(flush);
-    },
-    onMessage(handler) {
-      deliver = handler;
-    },
-    onClose(handler) {
-      closeHandler = handler;
-    },
-    onBroken(handler) {
-      brokenHandler = handler;
     },
     async kill() {
       closed = true;
@@ -145,6 +133,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
       else worker.unref();
     },
   };
+  return channel;
 }
 
 /**
