@@ -399,11 +399,11 @@ describe.each(launchers)("$name sandbox: what one execution holds is bounded", (
   });
 
   it("refuses options for the limits that are out of range, naming them", () => {
-    expect(() => make({ maxToolCalls: 0 })).toThrow(/maxToolCalls must be an integer between 1 and/);
+    expect(() => make({ maxToolCalls: 0 })).toThrow(/maxToolCalls must be an integer from 1 to/);
     expect(() => make({ maxTotalMemoryBytes: 1 })).toThrow(
       name === "durable-object"
         ? /maxTotalMemoryBytes does not apply to RemoteCodemodeSandbox/
-        : /maxTotalMemoryBytes must be an integer number of bytes/,
+        : /maxTotalMemoryBytes must be an integer of at least 1048576/,
     );
   });
 });

@@ -734,9 +734,9 @@ describe("constructor options", () => {
     });
     expect(stdout.trim().split("\n")).toEqual([
       "RangeError: timeoutMs must be a positive number of ms or Infinity, got -5",
-      "RangeError: memoryLimitBytes must be an integer between 1048576 and 4294967296, got 10",
+      "RangeError: memoryLimitBytes must be an integer from 1048576 to 4294967296, got 10",
       "TypeError: tools must be an array",
-      'RangeError: poolSize must be an integer between 1 and 1024, got "2"',
+      'RangeError: poolSize must be an integer from 1 to 1024, got "2"',
       "TypeError: workerUrl must be a path or a URL",
       "TypeError: sandbox options must be an object",
       "RangeError: timeoutMs must be a positive number of ms or Infinity, got NaN",

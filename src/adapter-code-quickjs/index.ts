@@ -13,12 +13,11 @@
 import { makeSandboxAdapter, type SandboxExecuteRequest } from "../code-mode/adapter.ts";
 import { loadQuickJSWasm } from "../engine/wasm/load.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
-import { cores, defaultMaxPoolSize } from "../host/pool-options.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
-import { configError } from "../tools/errors.ts";
+import { cores, countOption, maxPoolSizeOption } from "../host/pool-options.ts";
+import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { CONFIG_OPTION_ERRORS, configError } from "../tools/errors.ts";
 import { WorkerPool } from "../worker/launcher.ts";
 import { executeOnLauncher, QUICKJS_LANGUAGES } from "./execute-on-launcher.ts";
-import { countOption, maxPoolSizeOption } from "./pool-options.ts";
 import type { ClosableSandboxAdapter } from "./protocol-adapter.ts";
 
 export {
@@ -73,12 +72,12 @@ const SANDBOX_OPTION_KEYS = optionKeys<QuickJsSandboxAdapterOptions>({
 export function createQuickJsSandboxAdapter(options: QuickJsSandboxAdapterOptions = {}): ClosableSandboxAdapter {
   if (typeof options !== "object" || options === null) throw configError("options must be an object");
   // A misspelt option (`poolsize`, `maxVms`) must not leave its default in place unnoticed.
-  const unknown = unknownOption(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
-  const givenMax = countOption(options.maxPoolSize, "maxPoolSize", Number.POSITIVE_INFINITY);
-  const size = countOption(options.poolSize, "poolSize", Math.min(2, cores(), givenMax));
-  const maxSize = maxPoolSizeOption(options.maxPoolSize, size, defaultMaxPoolSize(size));
-  const maxVmsPerWorker = countOption(options.maxVmsPerWorker, "maxVmsPerWorker", DEFAULT_QUICKJS_VMS_PER_WORKER);
+  refuseUnknownOptions(options, "createQuickJsSandboxAdapter", SANDBOX_OPTION_KEYS, CONFIG_OPTION_ERRORS);
+  const givenMax = countOption(options.maxPoolSize, "maxPoolSize", CONFIG_OPTION_ERRORS) ?? Number.POSITIVE_INFINITY;
+  const size = countOption(options.poolSize, "poolSize", CONFIG_OPTION_ERRORS) ?? Math.min(2, cores(), givenMax);
+  const maxSize = maxPoolSizeOption(options.maxPoolSize, size, CONFIG_OPTION_ERRORS);
+  const maxVmsPerWorker =
+    countOption(options.maxVmsPerWorker, "maxVmsPerWorker", CONFIG_OPTION_ERRORS) ?? DEFAULT_QUICKJS_VMS_PER_WORKER;
   const wasmPath = options.wasmPath;
   if (wasmPath !== undefined && typeof wasmPath !== "string") throw configError("wasmPath must be a string");
   let pool: WorkerPool | undefined;

@@ -3,6 +3,7 @@
  * launches, over the versioned message protocol of transport/PROTOCOL.md. Airlock's own container adapter is made here too,
  * with a check that says why its container cannot run programs.
  */
+
 import {
   type AvailabilityCheck,
   makeSandboxAdapter,
@@ -11,12 +12,12 @@ import {
   type SandboxQualification,
 } from "../code-mode/adapter.ts";
 import { hostMemoryBudget } from "../host/memory-budget.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
-import { configError } from "../tools/errors.ts";
+import { countOption } from "../host/pool-options.ts";
+import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { CONFIG_OPTION_ERRORS, configError } from "../tools/errors.ts";
 import type { QuickJsProtocolTransport } from "../transport/channel.ts";
 import { PROTOCOL_MAX_CONNECTIONS, ProtocolLauncher } from "../transport/launcher.ts";
 import { executeOnLauncher, QUICKJS_LANGUAGES } from "./execute-on-launcher.ts";
-import { countOption } from "./pool-options.ts";
 
 /** An adapter that owns threads or connections: `close()` releases them (pending executions fail). */
 export type ClosableSandboxAdapter = SandboxAdapter & { close(): Promise<void> };
@@ -56,8 +57,7 @@ export function createQuickJsProtocolAdapter(options: QuickJsProtocolAdapterOpti
   if (typeof options !== "object" || options === null) {
     throw configError("createQuickJsProtocolAdapter needs { id, version, launch }");
   }
-  const unknown = unknownOption(options, "createQuickJsProtocolAdapter", PROTOCOL_OPTION_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(options, "createQuickJsProtocolAdapter", PROTOCOL_OPTION_KEYS, CONFIG_OPTION_ERRORS);
   const { isAvailable } = options;
   if (isAvailable !== undefined && typeof isAvailable !== "function")
     throw configError("isAvailable must be a function");
@@ -75,7 +75,7 @@ export function makeProtocolAdapter(
 ): ClosableSandboxAdapter {
   const { launch } = options;
   if (typeof launch !== "function") throw configError("launch must be a function");
-  const maxPoolSize = countOption(options.maxPoolSize, "maxPoolSize", PROTOCOL_MAX_CONNECTIONS);
+  const maxPoolSize = countOption(options.maxPoolSize, "maxPoolSize", CONFIG_OPTION_ERRORS) ?? PROTOCOL_MAX_CONNECTIONS;
   let closed = false;
   const launcher = new ProtocolLauncher(() => launch.call(options), hostMemoryBudget(), maxPoolSize);
   const closedCheck: AvailabilityCheck | undefined =

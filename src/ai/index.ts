@@ -6,7 +6,7 @@ import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
 import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
 import { toCodemodeIdentifier } from "../platform/identifier.ts";
-import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { durationOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import type {
@@ -116,11 +116,8 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
   if (options.description !== undefined && typeof options.description !== "string") {
     throw new TypeError("description must be a string");
   }
-  const timeoutMs = options.timeoutMs ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
   // Finite: the model is told the deadline in ms, and a code tool without one would let a program run forever.
-  if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
-    throw new RangeError(`timeoutMs must be a positive finite number of ms, got ${String(timeoutMs)}`);
-  }
+  const timeoutMs = durationOption(options.timeoutMs, "timeoutMs", false) ?? DEFAULT_CODE_TOOL_TIMEOUT_MS;
   const callable = selectTools(options.tools);
   const byName = new Map(callable.map((entry) => [entry.name, entry]));
   const catalog = callable.map(toToolLike);

@@ -3,9 +3,9 @@
  * (`airlock-codemode/adapter-code-quickjs`) are made the same way. The executor accepts only adapters made here.
  */
 import type { JsonValue } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
+import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import type { ErrorCode, FailureStatus } from "../tools/errors.ts";
-import { configError } from "../tools/errors.ts";
+import { CONFIG_OPTION_ERRORS, configError } from "../tools/errors.ts";
 import { checkId, checkName } from "../tools/validate.ts";
 import { CODE_LANGUAGES, type CodeLanguage, type CodeProgramLimits } from "./program.ts";
 
@@ -225,8 +225,7 @@ export function makeSandboxAdapter<X extends object>(
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineSandboxAdapter needs { id, version, qualification, isAvailable, execute }");
   }
-  const unknown = unknownOption(definition, "defineSandboxAdapter", ADAPTER_DEFINITION_KEYS, "field");
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(definition, "defineSandboxAdapter", ADAPTER_DEFINITION_KEYS, CONFIG_OPTION_ERRORS, "field");
   const id = checkId(definition.id, "adapter id");
   const version = checkName(definition.version, "adapter version");
   const { qualification, isAvailable, execute } = definition;

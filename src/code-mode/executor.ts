@@ -16,9 +16,9 @@
  */
 import type { z } from "zod";
 import { tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
+import { booleanOption, integerOption, optionKeys, refuseUnknownOptions, unknownOption } from "../platform/options.ts";
 import type { Scope } from "../tools/define.ts";
-import { AirlockError, configError, type ErrorCode } from "../tools/errors.ts";
+import { AirlockError, CONFIG_OPTION_ERRORS, configError, type ErrorCode } from "../tools/errors.ts";
 import { copyScope, isId, MAX_ID_CHARS } from "../tools/invoke.ts";
 import { type CallerTools, isCallerTools } from "../tools/registry.ts";
 import { parseWithSchema } from "../tools/validate.ts";
@@ -152,8 +152,7 @@ export function createCodeMode<A extends SandboxAdapter>(
   if (typeof options !== "object" || options === null) {
     throw configError("createCodeMode needs { adapter, invokeTool }");
   }
-  const unknown = unknownOption(options, "createCodeMode", CREATE_CODE_MODE_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(options, "createCodeMode", CREATE_CODE_MODE_KEYS, CONFIG_OPTION_ERRORS);
   const { adapter, invokeTool, allowTestAdapter } = options;
   if (!isSandboxAdapter(adapter)) {
     throw configError(
@@ -161,19 +160,16 @@ export function createCodeMode<A extends SandboxAdapter>(
     );
   }
   if (typeof invokeTool !== "function") throw configError("createCodeMode needs an invokeTool function");
-  if (allowTestAdapter !== undefined && typeof allowTestAdapter !== "boolean") {
-    throw configError("allowTestAdapter must be a boolean");
-  }
+  booleanOption(allowTestAdapter, "allowTestAdapter", CONFIG_OPTION_ERRORS);
   if (adapter.qualification === "test" && allowTestAdapter !== true) {
     throw new AirlockError(
       "UNSUPPORTED_PROFILE",
       "the adapter is qualified 'test' only; pass allowTestAdapter: true to use it for fixtures and experiments",
     );
   }
-  const maxToolResultBytes = options.maxToolResultBytes ?? DEFAULT_MAX_TOOL_RESULT_BYTES;
-  if (!Number.isSafeInteger(maxToolResultBytes) || maxToolResultBytes < 1) {
-    throw configError("maxToolResultBytes must be a positive integer");
-  }
+  const maxToolResultBytes =
+    integerOption(options.maxToolResultBytes, "maxToolResultBytes", 1, Infinity, CONFIG_OPTION_ERRORS) ??
+    DEFAULT_MAX_TOOL_RESULT_BYTES;
   const ids = new ExecutionIds(EXECUTION_ID_MEMORY);
   const approvals = options.approvals === undefined ? undefined : createCallApprovals(options.approvals);
 

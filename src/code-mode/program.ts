@@ -5,20 +5,12 @@
  */
 import type { z } from "zod";
 import { jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
+import { checkInteger, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { CodemodeSourceError } from "../source/source-error.ts";
 import { stripTypeScript } from "../source/typescript.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
-import { AirlockError, configError } from "../tools/errors.ts";
-import {
-  checkId,
-  checkInteger,
-  checkName,
-  checkSchema,
-  checkText,
-  MAX_NAME_CHARS,
-  schemaDescription,
-} from "../tools/validate.ts";
+import { AirlockError, CONFIG_OPTION_ERRORS, configError } from "../tools/errors.ts";
+import { checkId, checkName, checkSchema, checkText, MAX_NAME_CHARS, schemaDescription } from "../tools/validate.ts";
 import { functionSourceProblem } from "./function-source.ts";
 
 /** Characters of a program's source. */
@@ -162,8 +154,7 @@ export function defineCodeProgram<I extends z.ZodType, O extends z.ZodType>(
   if (typeof definition !== "object" || definition === null) {
     throw configError("defineCodeProgram needs a definition object");
   }
-  const unknown = unknownOption(definition, "a program definition", PROGRAM_DEFINITION_KEYS, "field");
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(definition, "a program definition", PROGRAM_DEFINITION_KEYS, CONFIG_OPTION_ERRORS, "field");
   const id = checkId(definition.id, "program id");
   const version = checkName(definition.version, "program version");
   const intent = checkText(definition.intent, "program intent");
@@ -319,14 +310,13 @@ function checkImports(value: unknown): readonly string[] {
 
 function checkLimits(value: unknown): CodeProgramLimits {
   if (typeof value !== "object" || value === null) throw configError("program limits are required");
-  const unknown = unknownOption(value, "program limits", LIMIT_NAMES, "limit");
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(value, "program limits", LIMIT_NAMES, CONFIG_OPTION_ERRORS, "limit");
   const limits = {} as Record<keyof CodeProgramLimits, number>;
   for (const name of LIMIT_NAMES) {
     const [min, max] = CODE_PROGRAM_LIMIT_RANGES[name];
     const limit = (value as Record<string, unknown>)[name];
     if (limit === undefined) throw configError(`program limits.${name} is required`);
-    limits[name] = checkInteger(limit, `program limits.${name}`, min, max);
+    limits[name] = checkInteger(limit, `program limits.${name}`, min, max, CONFIG_OPTION_ERRORS);
   }
   return Object.freeze(limits);
 }

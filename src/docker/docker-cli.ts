@@ -8,8 +8,8 @@
  * TypeError as Mayura's are.
  */
 
-import { isAdapterCount, MAX_ADAPTER_COUNT } from "../adapter-code-quickjs/pool-options.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
+import { countOption } from "../host/pool-options.ts";
+import { type OptionErrors, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 
 /** Label an image built for this adapter carries: the `sha256:` digest of the SPDX document of its root folder. */
 export const PROVENANCE_LABEL = "dev.airlock.provenance";
@@ -81,6 +81,13 @@ export class DockerConfigError extends TypeError {
   override readonly name = "DockerConfigError";
 }
 
+/** How the docker adapter reports a bad option: a DockerConfigError, as Mayura's docker adapter does. */
+const DOCKER_OPTION_ERRORS: OptionErrors = Object.freeze({
+  kind: (message: string) => new DockerConfigError(message),
+  range: (message: string) => new DockerConfigError(message),
+  showsValue: false,
+});
+
 const DOCKER_OPTION_KEYS = optionKeys<DockerSandboxOptions>({
   dockerPath: true,
   image: true,
@@ -106,8 +113,7 @@ export function checkDockerOptions(
 ): CheckedDockerOptions {
   if (options === null || typeof options !== "object") throw new DockerConfigError("options must be an object");
   // A misspelt `runTime` or `seccomp` would leave gVisor or the profile off without a word.
-  const unknown = unknownOption(options, "the docker adapter", [...DOCKER_OPTION_KEYS, ...extraKeys]);
-  if (unknown !== undefined) throw new DockerConfigError(unknown);
+  refuseUnknownOptions(options, "the docker adapter", [...DOCKER_OPTION_KEYS, ...extraKeys], DOCKER_OPTION_ERRORS);
   const { dockerPath, image, provenance, host, runtime, seccompProfile } = options;
   if (typeof dockerPath !== "string" || !dockerPath.startsWith("/") || dockerPath.includes("\0")) {
     throw new DockerConfigError("dockerPath must be the absolute path of the docker CLI (PATH is never searched)");
@@ -132,16 +138,13 @@ export function checkDockerOptions(
     throw new DockerConfigError("seccompProfile must be the absolute path of a JSON profile");
   }
   const { maxPoolSize } = options;
-  if (maxPoolSize !== undefined && !isAdapterCount(maxPoolSize)) {
-    throw new DockerConfigError(`maxPoolSize must be an integer from 1 to ${MAX_ADAPTER_COUNT} (containers at once)`);
-  }
+  countOption(maxPoolSize, "maxPoolSize", DOCKER_OPTION_ERRORS);
   const limits = { ...DEFAULT_DOCKER_LIMITS };
   if (options.limits !== undefined) {
     if (options.limits === null || typeof options.limits !== "object" || Array.isArray(options.limits)) {
       throw new DockerConfigError("limits must be an object");
     }
-    const unknownLimit = unknownOption(options.limits, "limits", DOCKER_LIMIT_KEYS, "limit");
-    if (unknownLimit !== undefined) throw new DockerConfigError(unknownLimit);
+    refuseUnknownOptions(options.limits, "limits", DOCKER_LIMIT_KEYS, DOCKER_OPTION_ERRORS, "limit");
     for (const key of DOCKER_LIMIT_KEYS as (keyof DockerLimits)[]) {
       const value = options.limits[key];
       if (value === undefined) continue;

@@ -7,7 +7,7 @@ import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import type { ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import { describeTool } from "../declarations/describe.ts";
 import { renderDeclarations, renderToolSignature, searchTools } from "../declarations/index.ts";
-import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { booleanOption, integerOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import { startTrace, withTraceContext } from "../tracing/index.ts";
@@ -177,22 +177,19 @@ export class McpGateway {
     this.toolset = toolset;
     this.ownsToolset = ownsToolset;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_GATEWAY_TIMEOUT_MS;
-    this.maxOutputTokens = positiveInteger(options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS, "maxOutputTokens");
-    this.declarationsMaxTokens = nonNegativeInteger(
-      options.declarationsMaxTokens ?? DEFAULT_DECLARATIONS_MAX_TOKENS,
-      "declarationsMaxTokens",
-    );
+    this.maxOutputTokens =
+      integerOption(options.maxOutputTokens, "maxOutputTokens", 1, Infinity) ?? DEFAULT_MAX_OUTPUT_TOKENS;
+    this.declarationsMaxTokens =
+      integerOption(options.declarationsMaxTokens, "declarationsMaxTokens", 0, Infinity) ??
+      DEFAULT_DECLARATIONS_MAX_TOKENS;
     this.serverInfo = options.serverInfo ?? { name: "airlock", version: "0.1.0" };
-    if (options.forwardRoots !== undefined && typeof options.forwardRoots !== "boolean") {
-      throw new TypeError("forwardRoots must be a boolean");
-    }
-    this.forwardRoots = options.forwardRoots ?? true;
+    this.forwardRoots = booleanOption(options.forwardRoots, "forwardRoots") ?? true;
     this.approvalLimits = {
-      timeoutMs: positiveInteger(options.approvalTimeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, "approvalTimeoutMs"),
-      maxRequests: positiveInteger(
-        options.maxApprovalsPerExecution ?? DEFAULT_MAX_APPROVALS_PER_EXECUTION,
-        "maxApprovalsPerExecution",
-      ),
+      timeoutMs:
+        integerOption(options.approvalTimeoutMs, "approvalTimeoutMs", 1, Infinity) ?? DEFAULT_APPROVAL_TIMEOUT_MS,
+      maxRequests:
+        integerOption(options.maxApprovalsPerExecution, "maxApprovalsPerExecution", 1, Infinity) ??
+        DEFAULT_MAX_APPROVALS_PER_EXECUTION,
     };
     // Every request asked is listed in the result.
     if (this.approvalLimits.maxRequests > MAX_APPROVAL_RECORDS) {
@@ -590,18 +587,6 @@ function findTool(tools: readonly McpTool[], name: string): McpTool | undefined 
   if (exact !== undefined) return exact;
   const loose = tools.filter((tool) => tool.name.toLowerCase() === wanted.toLowerCase());
   return loose.length === 1 ? loose[0] : undefined;
-}
-
-function positiveInteger(value: number, name: string): number {
-  if (!Number.isInteger(value) || value < 1)
-    throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
-  return value;
-}
-
-function nonNegativeInteger(value: number, name: string): number {
-  if (!Number.isInteger(value) || value < 0)
-    throw new RangeError(`${name} must be an integer of at least 0, got ${String(value)}`);
-  return value;
 }
 
 export function queryTooLong(query: string): string {

@@ -6,7 +6,7 @@ import { hostname, networkInterfaces } from "node:os";
 import type { Readable, Writable } from "node:stream";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest, type RequestId } from "@modelcontextprotocol/sdk/types.js";
-import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { durationOption, integerOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import {
   type Authenticator,
   OAUTH_KEYS,
@@ -169,15 +169,11 @@ export async function serveGatewayHttp(gateway: McpGateway, options: ServeHttpOp
   refuseUnknownOptions(options, "serveGatewayHttp", HTTP_KEYS);
   const host = options.host ?? DEFAULT_HTTP_HOST;
   const path = options.path ?? DEFAULT_HTTP_PATH;
-  const idleMs = options.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
-  if (typeof idleMs !== "number" || !(idleMs > 0)) {
-    throw new RangeError(`sessionIdleMs must be a positive number of ms (or Infinity), got ${String(idleMs)}`);
-  }
-  const maxSessions = positiveCount(options.maxSessions ?? DEFAULT_MAX_SESSIONS, "maxSessions");
-  const maxPerPrincipal = positiveCount(
-    options.maxSessionsPerPrincipal ?? DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
-    "maxSessionsPerPrincipal",
-  );
+  const idleMs = durationOption(options.sessionIdleMs, "sessionIdleMs", true) ?? DEFAULT_SESSION_IDLE_MS;
+  const maxSessions = integerOption(options.maxSessions, "maxSessions", 1, Infinity) ?? DEFAULT_MAX_SESSIONS;
+  const maxPerPrincipal =
+    integerOption(options.maxSessionsPerPrincipal, "maxSessionsPerPrincipal", 1, Infinity) ??
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL;
   const token = options.bearerToken;
   if (token !== undefined && (typeof token !== "string" || !/^[\x21-\x7e]+$/.test(token))) {
     throw new TypeError("bearerToken must be a non-empty string of printable ASCII without spaces");
@@ -557,11 +553,4 @@ function readBody(
 function requestIdOf(body: unknown): RequestId | null {
   const id = (body as { id?: unknown } | null)?.id;
   return typeof id === "string" || Number.isSafeInteger(id) ? (id as RequestId) : null;
-}
-
-function positiveCount(value: unknown, name: string): number {
-  if (!Number.isSafeInteger(value) || (value as number) < 1) {
-    throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
-  }
-  return value as number;
 }

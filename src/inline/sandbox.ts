@@ -8,8 +8,8 @@ import {
   INLINE_MAX_STACK_SIZE,
 } from "../engine/limits.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
-import { DEFAULT_VMS_PER_THREAD } from "../host/pool-options.ts";
-import { budgetOption, CodemodeSandboxBase, checkCount, checkOptions } from "../sandbox/base.ts";
+import { countOption, DEFAULT_VMS_PER_THREAD } from "../host/pool-options.ts";
+import { budgetOption, CodemodeSandboxBase, checkOptions } from "../sandbox/base.ts";
 import { withModule } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { InlineLauncher } from "./launcher.ts";
@@ -35,7 +35,7 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
 
   constructor(options: InlineCodemodeSandboxOptions = {}) {
     checkOptions(options, "InlineCodemodeSandbox", ["wasm", "maxVms"]);
-    const maxVms = checkCount(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
+    const maxVms = countOption(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
     const budget = budgetOption(options);
     const make = (module: WebAssembly.Module) =>
       new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms, budget });

@@ -4,15 +4,8 @@
  */
 import { fileURLToPath } from "node:url";
 import type { PoolStats } from "../host/pool.ts";
-import { cores, defaultMaxPoolSize } from "../host/pool-options.ts";
-import {
-  budgetOption,
-  CodemodeSandboxBase,
-  checkCount,
-  checkMaxPoolSize,
-  checkOptions,
-  DEFAULT_MEMORY_LIMIT_BYTES,
-} from "../sandbox/base.ts";
+import { cores, countOption, maxPoolSizeOption } from "../host/pool-options.ts";
+import { budgetOption, CodemodeSandboxBase, checkOptions, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { type ProcessIsolationOptions, type ProcessProtections, resolveIsolation } from "./isolation/resolve.ts";
 import { ProcessPool } from "./launcher.ts";
@@ -55,10 +48,10 @@ export class ProcessCodemodeSandbox extends CodemodeSandboxBase {
       "isolation",
       "childEntry",
     ]);
-    const size = checkCount(options.poolSize, "poolSize") ?? cores();
-    const maxSize = checkMaxPoolSize(options.maxPoolSize, size) ?? defaultMaxPoolSize(size);
+    const size = countOption(options.poolSize, "poolSize") ?? cores();
+    const maxSize = maxPoolSizeOption(options.maxPoolSize, size);
     const budget = budgetOption(options);
-    const maxVms = checkCount(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;
+    const maxVms = countOption(options.maxVmsPerChild, "maxVmsPerChild") ?? DEFAULT_VMS_PER_CHILD;
     const memoryLimitBytes =
       typeof options.memoryLimitBytes === "number" && options.memoryLimitBytes > 0
         ? options.memoryLimitBytes

@@ -7,9 +7,10 @@ import {
   DEFAULT_INTERRUPT_BUDGET,
   DEFAULT_REMOTE_MEMORY_LIMIT_BYTES,
   INLINE_MAX_STACK_SIZE,
+  MAX_INTERRUPT_BUDGET,
 } from "../engine/limits.ts";
-import { refuseUnknownOptions } from "../platform/options.ts";
-import { CodemodeSandboxBase, checkInterruptBudget, checkMemory, checkOptions } from "../sandbox/base.ts";
+import { integerOption, refuseUnknownOptions } from "../platform/options.ts";
+import { CodemodeSandboxBase, checkOptions, memoryOption } from "../sandbox/base.ts";
 import { checkWasm } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import type { RemoteSandboxStub } from "./channel.ts";
@@ -92,9 +93,10 @@ export async function serveCodemodeRemote(
   }
   refuseUnknownOptions(options, "serveCodemodeRemote", SERVE_OPTION_KEYS);
   const maxInterruptBudget =
-    checkInterruptBudget(options.maxInterruptBudget, "maxInterruptBudget") ?? DEFAULT_INTERRUPT_BUDGET;
+    integerOption(options.maxInterruptBudget, "maxInterruptBudget", 1, MAX_INTERRUPT_BUDGET) ??
+    DEFAULT_INTERRUPT_BUDGET;
   const maxMemoryLimitBytes =
-    checkMemory(options.maxMemoryLimitBytes, "maxMemoryLimitBytes") ?? DEFAULT_REMOTE_MEMORY_LIMIT_BYTES;
+    memoryOption(options.maxMemoryLimitBytes, "maxMemoryLimitBytes") ?? DEFAULT_REMOTE_MEMORY_LIMIT_BYTES;
   checkWasm(options.wasm);
   // Before a VM boots for it.
   checkRemoteRequest(request);

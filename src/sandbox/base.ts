@@ -15,10 +15,9 @@ import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
 import type { Launcher, LaunchRequest } from "../host/launcher.ts";
 import { budgetFor, type GuestMemoryBudget } from "../host/memory-budget.ts";
-import { defaultMaxPoolSize } from "../host/pool-options.ts";
 import { IdMap } from "../platform/id-map.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../platform/identifier.ts";
-import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { booleanOption, durationOption, integerOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { explainScriptError } from "../source/script-errors.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/source-error.ts";
@@ -47,6 +46,8 @@ const WARM_CONFIGURATION = runConfiguration({
 export const DEFAULT_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024;
 /** Smallest heap cap accepted: the script environment itself needs about half of it. */
 export const MIN_MEMORY_LIMIT_BYTES = 1024 * 1024;
+/** Largest heap cap accepted: a wasm32 memory's 4 GiB. */
+export const MAX_MEMORY_LIMIT_BYTES = 2 ** 32;
 
 /** Names the script environment defines itself; globals may not take them. */
 const RESERVED_GLOBALS = new Set([
@@ -121,13 +122,12 @@ export abstract class CodemodeSandboxBase {
   ) {
     try {
       checkOptions(options);
-      this.timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? DEFAULT_TIMEOUT_MS;
-      this.memoryLimitBytes = checkMemory(options.memoryLimitBytes) ?? DEFAULT_MEMORY_LIMIT_BYTES;
-      this.maxToolCalls = checkMaxToolCalls(options.maxToolCalls) ?? DEFAULT_MAX_TOOL_CALLS;
-      this.interruptBudget = checkInterruptBudget(options.interruptBudget) ?? null;
-      if (options.typescript !== undefined && typeof options.typescript !== "boolean") {
-        throw new TypeError("typescript must be a boolean");
-      }
+      this.timeoutMs = durationOption(options.timeoutMs, "timeoutMs", true) ?? DEFAULT_TIMEOUT_MS;
+      this.memoryLimitBytes = memoryOption(options.memoryLimitBytes, "memoryLimitBytes") ?? DEFAULT_MEMORY_LIMIT_BYTES;
+      this.maxToolCalls =
+        integerOption(options.maxToolCalls, "maxToolCalls", 1, MAX_TOOL_CALLS) ?? DEFAULT_MAX_TOOL_CALLS;
+      this.interruptBudget = integerOption(options.interruptBudget, "interruptBudget", 1, MAX_INTERRUPT_BUDGET) ?? null;
+      booleanOption(options.typescript, "typescript");
       this.typescript = options.typescript ?? false;
       checkLists(options);
       for (const tool of options.tools ?? []) this.registerTool(tool);
@@ -209,7 +209,7 @@ export abstract class CodemodeSandboxBase {
     if (typeof code !== "string") throw new TypeError("code must be a string");
     if (options === null || typeof options !== "object") throw new TypeError("execute options must be an object");
     refuseUnknownOptions(options, "execute options", EXECUTE_OPTION_KEYS);
-    const timeoutMs = checkTimeout(options.timeoutMs, "options.timeoutMs") ?? this.timeoutMs;
+    const timeoutMs = durationOption(options.timeoutMs, "options.timeoutMs", true) ?? this.timeoutMs;
     checkSignal(options.signal);
     if (options.onProgress !== undefined && typeof options.onProgress !== "function") {
       throw new TypeError("onProgress must be a function");
@@ -278,7 +278,7 @@ export abstract class CodemodeSandboxBase {
       }
     }
     checkSignal(options.signal);
-    const timeoutMs = checkTimeout(options.timeoutMs, "timeoutMs") ?? Number.POSITIVE_INFINITY;
+    const timeoutMs = durationOption(options.timeoutMs, "timeoutMs", true) ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
     if (this.closed) throw this.closedError("start");
     const script = this.compile(code);
@@ -568,57 +568,8 @@ const RUN_OPTION_KEYS = optionKeys<CodemodeRunOptions>({
   onIdle: true,
 });
 
-/** A count option (threads, VMs): undefined, or an integer from 1 to 1024. */
-export function checkCount(value: unknown, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > 1024) {
-    throw new RangeError(`${name} must be an integer between 1 and 1024, got ${shown(value)}`);
-  }
-  return value;
-}
-
-/** `maxPoolSize`, checked against `poolSize`; undefined: the default for the pool's size. */
-export function checkMaxPoolSize(value: unknown, size: number | undefined): number | undefined {
-  const max = checkCount(value, "maxPoolSize");
-  if (max !== undefined && size !== undefined && max < size) {
-    throw new RangeError(`maxPoolSize (${max}) must be at least poolSize (${size})`);
-  }
-  if (max === undefined && size !== undefined) return defaultMaxPoolSize(size);
-  return max;
-}
-
-/** A value as an error message shows it: strings quoted, so that "2" is not taken for 2. */
-function shown(value: unknown): string {
-  return typeof value === "string" ? JSON.stringify(value) : String(value);
-}
-
 function checkSignal(signal: unknown): void {
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
-}
-
-function checkTimeout(value: unknown, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || Number.isNaN(value) || value <= 0) {
-    throw new RangeError(`${name} must be a positive number of ms or Infinity, got ${shown(value)}`);
-  }
-  return value;
-}
-
-/** `interruptBudget`: a positive integer number of polls, at most MAX_INTERRUPT_BUDGET. */
-export function checkInterruptBudget(value: unknown, name = "interruptBudget"): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > MAX_INTERRUPT_BUDGET) {
-    throw new RangeError(`${name} must be an integer between 1 and ${MAX_INTERRUPT_BUDGET}, got ${shown(value)}`);
-  }
-  return value;
-}
-
-function checkMaxToolCalls(value: unknown): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > MAX_TOOL_CALLS) {
-    throw new RangeError(`maxToolCalls must be an integer between 1 and ${MAX_TOOL_CALLS}, got ${shown(value)}`);
-  }
-  return value;
 }
 
 /**
@@ -626,26 +577,12 @@ function checkMaxToolCalls(value: unknown): number | undefined {
  * launcher that uses it is made.
  */
 export function budgetOption(options: CodemodeSandboxBaseOptions): GuestMemoryBudget {
-  const value = options.maxTotalMemoryBytes;
-  if (
-    value !== undefined &&
-    (typeof value !== "number" || !Number.isSafeInteger(value) || value < MIN_MEMORY_LIMIT_BYTES)
-  ) {
-    throw new RangeError(
-      `maxTotalMemoryBytes must be an integer number of bytes of at least ${MIN_MEMORY_LIMIT_BYTES}, got ${shown(value)}`,
-    );
-  }
-  return budgetFor(value);
+  return budgetFor(integerOption(options.maxTotalMemoryBytes, "maxTotalMemoryBytes", MIN_MEMORY_LIMIT_BYTES, Infinity));
 }
 
-export function checkMemory(value: unknown, name = "memoryLimitBytes"): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < MIN_MEMORY_LIMIT_BYTES || value > 2 ** 32) {
-    throw new RangeError(
-      `${name} must be an integer between ${MIN_MEMORY_LIMIT_BYTES} and ${2 ** 32}, got ${shown(value)}`,
-    );
-  }
-  return value;
+/** A VM's memory limit (`memoryLimitBytes`, the remote end's `maxMemoryLimitBytes`). */
+export function memoryOption(value: unknown, name: string): number | undefined {
+  return integerOption(value, name, MIN_MEMORY_LIMIT_BYTES, MAX_MEMORY_LIMIT_BYTES);
 }
 
 function encodeStore(store: Readonly<Record<string, unknown>> | undefined): Record<string, string> {

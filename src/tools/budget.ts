@@ -3,8 +3,9 @@
  * the tool runs and settles the reservation after: spent (the tool answered), released (it never ran) or unknown (it
  * ran and nobody knows how it ended; that cost stays held). Zero means zero, never unlimited.
  */
+import { checkInteger } from "../platform/options.ts";
 import { MAX_COST_MICROS } from "./define.ts";
-import { configError } from "./errors.ts";
+import { CONFIG_OPTION_ERRORS, configError } from "./errors.ts";
 
 /** Largest `maxCalls` of a budget. */
 export const MAX_BUDGET_CALLS = Number.MAX_SAFE_INTEGER;
@@ -37,12 +38,8 @@ export class Budget {
   #unknown = 0;
 
   constructor(maxCostMicros: number, maxCalls: number) {
-    if (typeof maxCostMicros !== "number" || !Number.isSafeInteger(maxCostMicros) || maxCostMicros < 0) {
-      throw configError(`Budget maxCostMicros must be an integer from 0 to ${MAX_COST_MICROS}`);
-    }
-    if (typeof maxCalls !== "number" || !Number.isSafeInteger(maxCalls) || maxCalls < 0) {
-      throw configError(`Budget maxCalls must be an integer from 0 to ${MAX_BUDGET_CALLS}`);
-    }
+    checkInteger(maxCostMicros, "Budget maxCostMicros", 0, MAX_COST_MICROS, CONFIG_OPTION_ERRORS);
+    checkInteger(maxCalls, "Budget maxCalls", 0, MAX_BUDGET_CALLS, CONFIG_OPTION_ERRORS);
     this.maxCostMicros = maxCostMicros;
     this.maxCalls = maxCalls;
     Object.freeze(this);

@@ -1,11 +1,10 @@
 /** Typed tools: `defineTool` validates a definition once and returns a frozen tool with a digest. */
 import type { z } from "zod";
 import { type JsonValue, jsonDigest, MAX_JSON_BYTES } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
-import { configError } from "./errors.ts";
+import { checkInteger, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { CONFIG_OPTION_ERRORS, configError } from "./errors.ts";
 import {
   checkId,
-  checkInteger,
   checkName,
   checkNames,
   checkSchema,
@@ -175,8 +174,7 @@ export function requiredPermissions(tool: AnyTool): readonly string[] {
 
 export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition: ToolDefinition<I, O>): Tool<I, O> {
   if (typeof definition !== "object" || definition === null) throw configError("defineTool needs a definition object");
-  const unknown = unknownOption(definition, "a tool definition", TOOL_DEFINITION_KEYS, "field");
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(definition, "a tool definition", TOOL_DEFINITION_KEYS, CONFIG_OPTION_ERRORS, "field");
   const id = checkId(definition.id, "tool id");
   const version = checkName(definition.version, "tool version");
   const description = checkText(definition.description, "tool description");
@@ -186,7 +184,7 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
     throw configError("tool effects must be 'none', 'read', 'write' or 'host'");
   }
   const capabilities = checkNames(definition.capabilities, "tool capabilities", true);
-  const costMicros = checkInteger(definition.costMicros, "tool costMicros", 0, MAX_COST_MICROS);
+  const costMicros = checkInteger(definition.costMicros, "tool costMicros", 0, MAX_COST_MICROS, CONFIG_OPTION_ERRORS);
   if (typeof definition.execute !== "function") throw configError("tool execute must be a function");
   const guards = checkGuards(definition.guards);
   const roles = checkNames(definition.roles, "tool roles", false);
@@ -194,7 +192,7 @@ export function defineTool<I extends z.ZodType, O extends z.ZodType>(definition:
   const timeoutMillis =
     definition.timeoutMillis === undefined
       ? DEFAULT_TOOL_TIMEOUT_MS
-      : checkInteger(definition.timeoutMillis, "tool timeoutMillis", 1, MAX_TOOL_TIMEOUT_MS);
+      : checkInteger(definition.timeoutMillis, "tool timeoutMillis", 1, MAX_TOOL_TIMEOUT_MS, CONFIG_OPTION_ERRORS);
   const approval = definition.approval ?? "never";
   if (approval !== "never" && approval !== "always" && typeof approval !== "function") {
     throw configError("tool approval must be 'never', 'always' or a function of the input");

@@ -2,7 +2,9 @@
  * Outcomes and their public error codes. Every `error.message` is written by Airlock and names the rule or limit
  * involved; program text and tool data never go into it.
  */
+
 import type { JsonValue } from "../json/index.ts";
+import type { OptionErrors } from "../platform/options.ts";
 
 /** Every public error code, with the status an outcome carrying it has. */
 export const ERROR_CODE_STATUS = {
@@ -73,3 +75,13 @@ export class AirlockError extends Error {
 export function configError(message: string): AirlockError {
   return new AirlockError("INVALID_CONFIG", message);
 }
+
+/**
+ * How governed programs, their adapters, tools and workflows report a bad option: INVALID_CONFIG, naming the option
+ * and never repeating its value (Mayura's; see platform/options.ts).
+ */
+export const CONFIG_OPTION_ERRORS: OptionErrors = Object.freeze({
+  kind: configError,
+  range: configError,
+  showsValue: false,
+});

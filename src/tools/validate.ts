@@ -48,13 +48,6 @@ export function checkNames(value: unknown, field: string, required: boolean): re
   return Object.freeze([...value] as string[]);
 }
 
-export function checkInteger(value: unknown, field: string, min: number, max: number): number {
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
-    throw configError(`${field} must be an integer from ${min} to ${max}`);
-  }
-  return value;
-}
-
 /** A zod 4 schema: classic or mini, recognised by its internals and its async parser. */
 export function isSchema(value: unknown): value is z.ZodType {
   if (typeof value !== "object" || value === null) return false;

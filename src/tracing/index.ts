@@ -8,7 +8,9 @@
  * they make; the gateway takes the parent from a request's `_meta.traceparent` (`withTraceContext`), and upstream
  * requests carry the current context on (`traceMeta`).
  */
+
 import type * as OtelApi from "@opentelemetry/api";
+import { booleanOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 
 type Api = typeof OtelApi;
 type Attributes = OtelApi.Attributes;
@@ -32,18 +34,13 @@ export interface TraceOptions {
 }
 
 let traceOptions: Required<TraceOptions> = { toolArguments: false, toolResults: false };
+const TRACE_OPTION_KEYS = optionKeys<TraceOptions>({ toolArguments: true, toolResults: true });
 
 /** Sets what tool-call spans record besides the tool, status and duration, for every execution started afterwards. */
 export function setTraceOptions(options: TraceOptions): void {
   if (options === null || typeof options !== "object") throw new TypeError("setTraceOptions takes an object");
-  for (const key of Object.keys(options)) {
-    if (key !== "toolArguments" && key !== "toolResults") {
-      throw new TypeError(`setTraceOptions has no option "${key}" (it takes toolArguments, toolResults)`);
-    }
-  }
-  for (const [key, value] of Object.entries(options)) {
-    if (value !== undefined && typeof value !== "boolean") throw new TypeError(`${key} must be a boolean`);
-  }
+  refuseUnknownOptions(options, "setTraceOptions", TRACE_OPTION_KEYS);
+  for (const key of TRACE_OPTION_KEYS) booleanOption(options[key as keyof TraceOptions], key);
   traceOptions = { ...traceOptions, ...options };
 }
 

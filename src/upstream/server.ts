@@ -17,7 +17,7 @@ import {
   type Root,
   type Tool,
 } from "@modelcontextprotocol/sdk/types.js";
-import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { durationOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { traceMeta } from "../tracing/index.ts";
 import { answerCutReason, unansweredReason } from "./answer-streams.ts";
 import type { McpServerSpec } from "./config.ts";
@@ -172,8 +172,8 @@ export class McpUpstream {
     this.clientInfo = options.clientInfo ?? { name: "airlock", version: "0.1.0" };
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
-    this.retryInitialMs = positiveMs(options.retryInitialMs, "retryInitialMs") ?? UPSTREAM_RETRY_INITIAL_MS;
-    this.retryMaxMs = positiveMs(options.retryMaxMs, "retryMaxMs") ?? UPSTREAM_RETRY_MAX_MS;
+    this.retryInitialMs = durationOption(options.retryInitialMs, "retryInitialMs", false) ?? UPSTREAM_RETRY_INITIAL_MS;
+    this.retryMaxMs = durationOption(options.retryMaxMs, "retryMaxMs", false) ?? UPSTREAM_RETRY_MAX_MS;
   }
 
   /** The server's key in the config. */
@@ -712,14 +712,6 @@ function meta(): { _meta?: Record<string, string> } {
 
 function withSignal(signal: AbortSignal | undefined): { signal?: AbortSignal } {
   return signal === undefined ? {} : { signal };
-}
-
-function positiveMs(value: unknown, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new RangeError(`${name} must be a positive number of ms, got ${String(value)}`);
-  }
-  return value;
 }
 
 function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {

@@ -2,8 +2,8 @@
 import { loadQuickJSWasm } from "../engine/wasm/load.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
 import type { PoolStats } from "../host/pool.ts";
-import { DEFAULT_VMS_PER_THREAD } from "../host/pool-options.ts";
-import { budgetOption, CodemodeSandboxBase, checkCount, checkMaxPoolSize, checkOptions } from "../sandbox/base.ts";
+import { cores, countOption, DEFAULT_VMS_PER_THREAD, maxPoolSizeOption } from "../host/pool-options.ts";
+import { budgetOption, CodemodeSandboxBase, checkOptions } from "../sandbox/base.ts";
 import { useDefaultQuickJSWasm, withModule } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { WorkerPool } from "./launcher.ts";
@@ -40,10 +40,10 @@ export class CodemodeSandbox extends CodemodeSandboxBase {
 
   constructor(options: CodemodeSandboxOptions = {}) {
     checkOptions(options, "CodemodeSandbox", ["wasm", "workerUrl", "poolSize", "maxPoolSize", "maxVmsPerWorker"]);
-    const size = checkCount(options.poolSize, "poolSize");
-    const maxSize = checkMaxPoolSize(options.maxPoolSize, size);
+    const size = countOption(options.poolSize, "poolSize") ?? cores();
+    const maxSize = maxPoolSizeOption(options.maxPoolSize, size);
     const budget = budgetOption(options);
-    const maxVmsPerWorker = checkCount(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD;
+    const maxVmsPerWorker = countOption(options.maxVmsPerWorker, "maxVmsPerWorker") ?? DEFAULT_VMS_PER_THREAD;
     const { workerUrl } = options;
     if (workerUrl !== undefined && typeof workerUrl !== "string" && !(workerUrl instanceof URL)) {
       throw new TypeError("workerUrl must be a path or a URL");

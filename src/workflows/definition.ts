@@ -6,9 +6,9 @@
  */
 import type { z } from "zod";
 import { type JsonValue, jsonDigest, MAX_JSON_BYTES, tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
+import { optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { type AnyTool, isTool } from "../tools/define.ts";
-import { AirlockError, configError } from "../tools/errors.ts";
+import { AirlockError, CONFIG_OPTION_ERRORS, configError } from "../tools/errors.ts";
 import { checkName, checkSchema, schemaDescription } from "../tools/validate.ts";
 
 /** Nodes of one workflow. */
@@ -123,20 +123,17 @@ export function checkBinding(value: unknown, field: string, steps: ReadonlySet<s
   const binding = value as { kind?: unknown; value?: unknown; path?: unknown; stepId?: unknown };
   switch (binding.kind) {
     case "literal": {
-      const unknown = unknownOption(value, field, ["kind", "value"], "field");
-      if (unknown !== undefined) throw configError(unknown);
+      refuseUnknownOptions(value, field, ["kind", "value"], CONFIG_OPTION_ERRORS, "field");
       const copied = tryCopyJson(binding.value, { maxBytes: MAX_LITERAL_BYTES }, { freeze: true });
       if (!copied.ok) throw configError(`${field}.value must be JSON of at most ${MAX_LITERAL_BYTES} bytes`);
       return Object.freeze({ kind: "literal" as const, value: copied.json.value });
     }
     case "input": {
-      const unknown = unknownOption(value, field, ["kind", "path"], "field");
-      if (unknown !== undefined) throw configError(unknown);
+      refuseUnknownOptions(value, field, ["kind", "path"], CONFIG_OPTION_ERRORS, "field");
       return Object.freeze({ kind: "input" as const, path: checkPath(binding.path, `${field}.path`) });
     }
     case "step": {
-      const unknown = unknownOption(value, field, ["kind", "stepId", "path"], "field");
-      if (unknown !== undefined) throw configError(unknown);
+      refuseUnknownOptions(value, field, ["kind", "stepId", "path"], CONFIG_OPTION_ERRORS, "field");
       const stepId = checkStepId(binding.stepId, `${field}.stepId`);
       if (!steps.has(stepId)) throw configError(`${field} refers to the unknown step '${stepId}'`);
       return Object.freeze({ kind: "step" as const, stepId, path: checkPath(binding.path, `${field}.path`) });
@@ -163,8 +160,7 @@ export function defineWorkflow<I extends z.ZodType, O extends z.ZodType>(
   options: WorkflowOptions<I, O>,
 ): WorkflowDefinition<I, O> {
   if (typeof options !== "object" || options === null) throw configError("defineWorkflow needs an options object");
-  const unknown = unknownOption(options, "defineWorkflow", WORKFLOW_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(options, "defineWorkflow", WORKFLOW_KEYS, CONFIG_OPTION_ERRORS);
   const id = checkName(options.id, "workflow id");
   const version = checkName(options.version, "workflow version");
   const input = checkSchema(options.input, "workflow input") as I;
@@ -183,15 +179,13 @@ export function defineWorkflow<I extends z.ZodType, O extends z.ZodType>(
     const node = value as Record<string, unknown>;
     const field = `node '${node.id as string}'`;
     if (node.kind === "join") {
-      const extra = unknownOption(node, field, JOIN_NODE_KEYS, "field");
-      if (extra !== undefined) throw configError(extra);
+      refuseUnknownOptions(node, field, JOIN_NODE_KEYS, CONFIG_OPTION_ERRORS, "field");
       const dependsOn = checkDependencies(node.dependsOn, `${field} dependsOn`, ids, node.id as string);
       if (dependsOn.length === 0) throw configError(`${field} is a join and must depend on at least one step`);
       return Object.freeze({ kind: "join" as const, id: node.id as string, dependsOn });
     }
     if (node.kind !== "tool") throw configError(`${field} kind must be 'tool' or 'join'`);
-    const extra = unknownOption(node, field, TOOL_NODE_KEYS, "field");
-    if (extra !== undefined) throw configError(extra);
+    refuseUnknownOptions(node, field, TOOL_NODE_KEYS, CONFIG_OPTION_ERRORS, "field");
     if (!isTool(node.tool)) throw configError(`${field} tool must be made by defineTool`);
     if (node.approval !== undefined && typeof node.approval !== "boolean") {
       throw configError(`${field} approval must be a boolean`);

@@ -7,10 +7,10 @@
 import type { z } from "zod";
 import { verifyApprover } from "../code-mode/approvals/decisions.ts";
 import { domainDigest, type JsonValue, tryCopyJson } from "../json/index.ts";
-import { optionKeys, unknownOption } from "../platform/options.ts";
+import { integerOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { Budget } from "../tools/budget.ts";
 import { changesNothing, requiredPermissions, type Scope, type ToolEffect } from "../tools/define.ts";
-import { AirlockError, configError, type Outcome } from "../tools/errors.ts";
+import { AirlockError, CONFIG_OPTION_ERRORS, configError, type Outcome } from "../tools/errors.ts";
 import { copyScope, costOfOutcome, invokeTool } from "../tools/invoke.ts";
 import { parseWithSchema } from "../tools/validate.ts";
 import { type AnyWorkflow, isStepId, isWorkflow, resolveBinding } from "./definition.ts";
@@ -202,12 +202,9 @@ export interface ScheduledWorkflowRuntime {
 const WORKER_ID = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
 const HEX64 = /^[a-f0-9]{64}$/;
 
+/** An integer option from `min` to `max`, `fallback` when it is not given (INVALID_CONFIG naming it otherwise). */
 function integer(value: unknown, fallback: number, field: string, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
-    throw configError(`${field} must be an integer from ${min} to ${max}`);
-  }
-  return value;
+  return integerOption(value, field, min, max, CONFIG_OPTION_ERRORS) ?? fallback;
 }
 
 /** A bounded JSON copy, or an AirlockError with `code` naming what the value is. */
@@ -234,8 +231,7 @@ function executionOf(
 export function createScheduledWorkflowRuntime(options: ScheduledWorkflowRuntimeOptions): ScheduledWorkflowRuntime {
   if (typeof options !== "object" || options === null)
     throw configError("createScheduledWorkflowRuntime needs options");
-  const unknown = unknownOption(options, "createScheduledWorkflowRuntime", OPTION_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(options, "createScheduledWorkflowRuntime", OPTION_KEYS, CONFIG_OPTION_ERRORS);
   const store = options.store;
   const commands = store?.workflows;
   if (typeof commands !== "object" || commands === null || typeof store.events !== "function") {

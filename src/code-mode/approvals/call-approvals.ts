@@ -14,9 +14,9 @@
  * one attempt of the program over it (call-attempt.ts), and a person's decision (decisions.ts). This file
  * puts them together behind `createCallApprovals`, which the executor uses.
  */
-import { optionKeys, unknownOption } from "../../platform/options.ts";
+import { integerOption, optionKeys, refuseUnknownOptions } from "../../platform/options.ts";
 import type { Scope } from "../../tools/define.ts";
-import { configError } from "../../tools/errors.ts";
+import { CONFIG_OPTION_ERRORS, configError } from "../../tools/errors.ts";
 import type { SandboxAdapter } from "../adapter.ts";
 import { CODE_PROGRAM_LIMIT_RANGES } from "../program.ts";
 import {
@@ -86,8 +86,7 @@ export interface CallApprovals {
 
 export function createCallApprovals(options: CodeApprovalsOptions): CallApprovals {
   if (typeof options !== "object" || options === null) throw configError("approvals needs { store, verifyHuman }");
-  const unknown = unknownOption(options, "approvals", OPTION_KEYS);
-  if (unknown !== undefined) throw configError(unknown);
+  refuseUnknownOptions(options, "approvals", OPTION_KEYS, CONFIG_OPTION_ERRORS);
   const { store, verifyHuman } = options;
   for (const method of ["create", "read", "mutate", "events"] as const) {
     if (typeof store?.[method] !== "function") {
@@ -95,14 +94,17 @@ export function createCallApprovals(options: CodeApprovalsOptions): CallApproval
     }
   }
   if (typeof verifyHuman !== "function") throw configError("approvals.verifyHuman must be a function");
-  const ttlMs = options.ttlMs ?? DEFAULT_CALL_APPROVAL_TTL_MS;
-  if (!Number.isSafeInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_CALL_APPROVAL_TTL_MS) {
-    throw configError(`approvals.ttlMs must be an integer from 1 to ${MAX_CALL_APPROVAL_TTL_MS}`);
-  }
-  const snapshotMinCalls = options.snapshotMinCalls ?? SNAPSHOT_MIN_CALLS;
-  if (!Number.isSafeInteger(snapshotMinCalls) || snapshotMinCalls < 0 || snapshotMinCalls > MAX_SNAPSHOT_MIN_CALLS) {
-    throw configError(`approvals.snapshotMinCalls must be an integer from 0 to ${MAX_SNAPSHOT_MIN_CALLS}`);
-  }
+  const ttlMs =
+    integerOption(options.ttlMs, "approvals.ttlMs", 1, MAX_CALL_APPROVAL_TTL_MS, CONFIG_OPTION_ERRORS) ??
+    DEFAULT_CALL_APPROVAL_TTL_MS;
+  const snapshotMinCalls =
+    integerOption(
+      options.snapshotMinCalls,
+      "approvals.snapshotMinCalls",
+      0,
+      MAX_SNAPSHOT_MIN_CALLS,
+      CONFIG_OPTION_ERRORS,
+    ) ?? SNAPSHOT_MIN_CALLS;
 
   /** A first attempt (`resume` false), or the continuation of a decided or abandoned one. */
   const start = async (

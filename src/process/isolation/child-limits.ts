@@ -2,7 +2,7 @@
  * What a child of the process tier may use: its rlimits (the option as checked, and as the launch helper sets them),
  * its address space, stack and heap, and the node flags that keep it within them.
  */
-import { refuseUnknownOptions } from "../../platform/options.ts";
+import { checkInteger, refuseUnknownOptions } from "../../platform/options.ts";
 import { type HelperLimit, RLIMIT } from "./helper.ts";
 
 export interface ProcessLimits {
@@ -55,10 +55,7 @@ export function checkLimits(
   for (const key of Object.keys(out) as (keyof ProcessLimits)[]) {
     const value = limits?.[key];
     if (value === undefined) continue;
-    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
-      throw new RangeError(`isolation.limits.${key} must be a positive integer, got ${String(value)}`);
-    }
-    out[key] = value;
+    out[key] = checkInteger(value, `isolation.limits.${key}`, 1, Infinity);
   }
   if (out.addressSpaceBytes < 2 * 1024 * 1024 * 1024) {
     throw new RangeError("isolation.limits.addressSpaceBytes must be at least 2 GiB: node alone reserves about 1 GiB");

@@ -11,7 +11,7 @@
  * Nothing is downgraded silently: when a protection asked for is unavailable, construction throws an error naming
  * what is missing and how to install it, unless `allowDegraded` is set; `protections` reports what is active.
  */
-import { refuseUnknownOptions } from "../../platform/options.ts";
+import { integerOption, refuseUnknownOptions } from "../../platform/options.ts";
 import type { ChildConfig } from "../vm-side.ts";
 import { bwrapIsolation, probeBwrap } from "./bwrap.ts";
 import { airlockFiles, bindEntry, findBinary, stageFor } from "./child-files.ts";
@@ -86,8 +86,7 @@ export function resolveIsolation(options: ProcessIsolationOptions, config: Isola
   if (runtime !== "bwrap" && runtime !== "gvisor") throw new TypeError(`isolation.runtime must be "bwrap" or "gvisor"`);
   const wasmPages = wasmPagesFor(config.memoryLimitBytes);
   const limits = checkLimits(options.limits, wasmPages, config.maxVms);
-  const heapMb = options.heapMb ?? DEFAULT_HEAP_MB;
-  if (!Number.isInteger(heapMb) || heapMb < 16) throw new RangeError("isolation.heapMb must be an integer >= 16");
+  const heapMb = integerOption(options.heapMb, "isolation.heapMb", 16, Infinity) ?? DEFAULT_HEAP_MB;
   const nodePath = options.nodePath ?? process.execPath;
   if (!nodePath.startsWith("/")) throw new TypeError("isolation.nodePath must be absolute");
   const files = airlockFiles(nodePath);
