@@ -11,6 +11,31 @@ import type { CallOutcome, StopReason, UnplacedRequest, VmEvent } from "../engin
  */
 export type LaunchRequest = UnplacedRequest;
 
+/** What every request says: its code, its configuration, its memory limit and its calls at most. */
+type RequiredFields = "code" | "configuration" | "memoryLimitBytes" | "maxCalls";
+
+/**
+ * A run request with every field written out (an object spread of this size takes V8's slow path, several microseconds
+ * a run): `fields`, and for the rest an empty store and null, that is no deadline, no CPU limit, no interrupt budget,
+ * not deterministic, no answers ahead, no snapshot, a script rather than a program.
+ */
+export function launchRequest(fields: Pick<LaunchRequest, RequiredFields> & Partial<LaunchRequest>): LaunchRequest {
+  return {
+    code: fields.code,
+    configuration: fields.configuration,
+    store: fields.store ?? {},
+    memoryLimitBytes: fields.memoryLimitBytes,
+    deadline: fields.deadline ?? null,
+    cpuLimitMs: fields.cpuLimitMs ?? null,
+    interruptBudget: fields.interruptBudget ?? null,
+    maxCalls: fields.maxCalls,
+    deterministic: fields.deterministic ?? null,
+    answers: fields.answers ?? null,
+    restore: fields.restore ?? null,
+    program: fields.program ?? null,
+  };
+}
+
 export interface LaunchedRun {
   /** Hands a call's outcome to the VM; `seq` and `now` only in deterministic runs. */
   settle(id: number, outcome: CallOutcome, seq: number | null, now: number | null): void;

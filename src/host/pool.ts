@@ -30,7 +30,7 @@ import { runFailure } from "../engine/run.ts";
 import { IdMap } from "../platform/id-map.ts";
 import type { HostChannel } from "./channel.ts";
 import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
-import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
+import { type LaunchedRun, type Launcher, type LaunchRequest, launchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
 import { type GoneCause, HostPeer } from "./peer.ts";
 
@@ -125,7 +125,7 @@ export const WARM_CONCURRENCY = 8;
 export const PRIME_RUNS = 2;
 
 /** The warm-up run: a script with a few calls and some output, answered by the pool itself. */
-const WARM_SCRIPT: LaunchRequest = {
+const WARM_SCRIPT: LaunchRequest = launchRequest({
   code: 'let t = 0; for (let i = 0; i < 3; i++) t += await tools.warm(i); text("w" + t); return { t, s: JSON.stringify([t]) };',
   configuration: runConfiguration({
     tools: [{ name: "warm", id: "warm", description: "" }],
@@ -133,17 +133,9 @@ const WARM_SCRIPT: LaunchRequest = {
     deterministic: false,
     program: false,
   }),
-  store: {},
   memoryLimitBytes: 16 * 1024 * 1024,
-  deadline: null,
-  cpuLimitMs: null,
-  interruptBudget: null,
   maxCalls: 16,
-  deterministic: null,
-  answers: null,
-  restore: null,
-  program: null,
-};
+});
 
 /** The priming run; its configuration is the sandbox's. */
 const PRIME_SCRIPT: Omit<LaunchRequest, "configuration"> = { ...WARM_SCRIPT, code: "return 0" };

@@ -13,7 +13,7 @@ import {
 } from "../engine/protocol.ts";
 import { base64ToBytes, bytesToBase64 } from "../platform/platform.ts";
 import { type CallHandler, Execution, encodeOutcome } from "./execution.ts";
-import type { Launcher } from "./launcher.ts";
+import { type Launcher, launchRequest } from "./launcher.ts";
 
 export interface ProgramRunOptions {
   /** A function expression, `async (input, tools) => ...`. */
@@ -233,20 +233,18 @@ export function runProgram(launcher: Launcher, options: ProgramRunOptions): Prom
           },
         };
   execution = new Execution(launcher, {
-    request: {
+    request: launchRequest({
       code: options.source,
       configuration: replay === undefined ? PROGRAM_CONFIGURATION : DETERMINISTIC_PROGRAM_CONFIGURATION,
-      store: {},
       memoryLimitBytes: options.memoryLimitBytes,
       deadline: Date.now() + options.wallTimeMs,
       cpuLimitMs: options.cpuLimitMs,
-      interruptBudget: null,
       maxCalls: PROGRAM_MAX_CALLS,
       deterministic: replay === undefined ? null : { startedAt: replay.startedAt, seed: replay.seed },
       answers,
       restore,
       program: { input: options.inputJson },
-    },
+    }),
     handler,
     signal: options.signal,
     timeoutMs: options.wallTimeMs,

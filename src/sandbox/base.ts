@@ -13,7 +13,7 @@ import {
 } from "../engine/limits.ts";
 import { type RunConfiguration, runConfiguration } from "../engine/protocol.ts";
 import { Execution } from "../host/execution.ts";
-import type { Launcher, LaunchRequest } from "../host/launcher.ts";
+import { type Launcher, type LaunchRequest, launchRequest } from "../host/launcher.ts";
 import { budgetFor, type GuestMemoryBudget } from "../host/memory-budget.ts";
 import { IdMap } from "../platform/id-map.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../platform/identifier.ts";
@@ -400,20 +400,12 @@ export abstract class CodemodeSandboxBase {
     for (let i = 0; i < HOST_WARM_RUNS && !this.closed; i++) {
       const id = ++this.lastExecution;
       const execution = new Execution(this.launcher, {
-        request: {
+        request: launchRequest({
           code: 'let t = 0; for (let i = 0; i < 3; i++) t += await tools.warm(i); text("w" + t); return t;',
           configuration: WARM_CONFIGURATION,
-          store: {},
           memoryLimitBytes: this.memoryLimitBytes,
-          deadline: null,
-          cpuLimitMs: null,
-          interruptBudget: null,
           maxCalls: 16,
-          deterministic: null,
-          answers: null,
-          restore: null,
-          program: null,
-        },
+        }),
         handler: { kind: "tools", resolve: (target) => (target === "tool" ? WARM_TOOL : undefined) },
         signal: undefined,
         timeoutMs: Number.POSITIVE_INFINITY,
@@ -458,20 +450,16 @@ export abstract class CodemodeSandboxBase {
     deterministic: LaunchRequest["deterministic"],
     configuration: RunConfiguration,
   ): LaunchRequest {
-    return {
+    return launchRequest({
       code,
       configuration,
       store,
       memoryLimitBytes: this.memoryLimitBytes,
       deadline: Number.isFinite(timeoutMs) ? Date.now() + timeoutMs : null,
-      cpuLimitMs: null,
       interruptBudget: this.interruptBudget,
       maxCalls: this.maxToolCalls,
       deterministic,
-      answers: null,
-      restore: null,
-      program: null,
-    };
+    });
   }
 }
 
