@@ -6,7 +6,7 @@
 
 import { Budget, defineTool, invokeTool } from 'airlock-codemode';
 import { createQuickJsSandboxAdapter } from 'airlock-codemode/adapter-code-quickjs';
-import { createCodeMode, defineCodeProgram } from 'airlock-codemode/code-mode';
+import { CODE_PROGRAM_LIMITS, createCodeMode, defineCodeProgram } from 'airlock-codemode/code-mode';
 import { z } from 'zod';
 
 const price = defineTool({
@@ -28,8 +28,7 @@ const program = defineCodeProgram({
   }`,
   input: z.object({ skus: z.array(z.string()).max(20) }), output: z.object({ totalCents: z.number().int() }),
   inputSchemaId: 'catalog.skus.v1', outputSchemaId: 'catalog.total.v1', tools: [price],
-  limits: { cpuMillis: 200, wallTimeMillis: 5_000, memoryBytes: 32 * 1024 * 1024, scratchBytes: 1_024,
-    maxInputBytes: 4_096, maxOutputBytes: 4_096, maxToolInputBytes: 1_024, maxToolCalls: 20, maxToolConcurrency: 1 },
+  limits: { ...CODE_PROGRAM_LIMITS, maxToolCalls: 20 },
 });
 const budget = new Budget(0, 20);
 const mode = createCodeMode({

@@ -1,37 +1,26 @@
-/** Airlock: code mode for TypeScript. */
+/**
+ * Airlock: code mode for TypeScript. The root entry: the script sandboxes and their limits, the names pi-codemode has
+ * at its root (declarations, source parsing, identifiers), typed tools and the broker with Mayura's names, and traces.
+ * The other parts have their own entries: `/declarations`, `/source`, `/code-mode`, `/workflows`, `/mcp`, `/ai`.
+ */
 
-export * from "./declarations/index.ts";
+// Mayura's name for zod, which tool and program schemas are written in.
+export { z } from "zod";
 export {
-  DEFAULT_INTERRUPT_BUDGET,
-  DEFAULT_MAX_TOOL_CALLS,
-  DEFAULT_TIMEOUT_MS,
-  INLINE_MAX_STACK_SIZE,
-  MAX_CLOCK_MS,
-  MAX_ERROR_MESSAGE_CHARS,
-  MAX_ERROR_NAME_CHARS,
-  MAX_ERROR_STACK_CHARS,
-  MAX_OUTPUT_CHARS,
-  MAX_OUTPUT_ITEMS,
-  MAX_STORE_TOTAL_CHARS,
-  MAX_STORE_VALUE_CHARS,
-  MAX_VALUE_CHARS,
-} from "./engine/limits.ts";
-export { MAX_JOURNAL_CLOCK_READS } from "./engine/protocol.ts";
-export { MAX_BATCH_CHARS } from "./engine/serve.ts";
+  DEFAULT_INPUT_SCHEMA_MAX_CHARS,
+  type RenderDeclarationsOptions,
+  renderDeclarations,
+  renderToolOutputType,
+  renderToolSignature,
+  resolveSchemaRef,
+  schemaToType,
+} from "./declarations/index.ts";
 export { WasmRewriteError } from "./engine/wasm/binary.ts";
 export { type LoadQuickJSWasmOptions, loadQuickJSWasm } from "./engine/wasm/load.ts";
-export { MAX_JOURNAL_CHARS } from "./host/journal.ts";
-export { DEFAULT_GUEST_MEMORY_SHARE } from "./host/memory-budget.ts";
-export {
-  MAX_CRASHES_PER_RUN,
-  type PoolStats,
-  REMOTE_STOP_GRACE_MS,
-  STOP_GRACE_MS,
-  STUCK_AFTER_MS,
-  WARM_RUNS,
-} from "./host/pool.ts";
-export { DEFAULT_VMS_PER_THREAD, MAX_POOL_SIZE_PER_CORE } from "./host/pool-options.ts";
+export type { PoolStats } from "./host/pool.ts";
+export { MAX_POOL_SIZE_PER_CORE } from "./host/pool-options.ts";
 export { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "./inline/sandbox.ts";
+export type { JsonValue } from "./json/index.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./platform/identifier.ts";
 export * from "./process/index.ts";
 export type { CodemodeRemote } from "./remote/channel.ts";
@@ -47,9 +36,61 @@ export type {
   CodemodeRemoteReply,
   CodemodeRemoteRequest,
 } from "./remote/vm-side.ts";
-export { CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES, MIN_MEMORY_LIMIT_BYTES } from "./sandbox/base.ts";
-export * from "./source/index.ts";
-export * from "./tools/index.ts";
+export { CodemodeSandboxBase } from "./sandbox/base.ts";
+export * from "./sandbox/limits.ts";
+export {
+  CODEMODE_OPTIONS_PREFIX,
+  CODEMODE_SOURCE_GRAMMAR,
+  CodemodeSourceError,
+  type CodemodeSourceOptions,
+  type ParsedCodemodeSource,
+  parseCodemodeSource,
+} from "./source/index.ts";
+export { Budget } from "./tools/budget.ts";
+export {
+  type AnyTool,
+  DEFAULT_TOOL_TIMEOUT_MS,
+  defineTool,
+  type GuardDecision,
+  isTool,
+  MAX_TOOL_TIMEOUT_MS,
+  type Scope,
+  type Tool,
+  type ToolApproval,
+  type ToolContext,
+  type ToolDefinition,
+  type ToolEffect,
+  type ToolGuard,
+} from "./tools/define.ts";
+export {
+  AirlockError,
+  ERROR_CODES,
+  type ErrorCode,
+  type FailedOutcome,
+  type FailureStatus,
+  type Outcome,
+  type OutcomeError,
+  type OutcomeStatus,
+  type SucceededOutcome,
+} from "./tools/errors.ts";
+export {
+  GUARD_TIMEOUT_MS,
+  type InvokeToolOptions,
+  invokeTool,
+  MAX_SCOPE_BYTES,
+  type OnCallDecision,
+  type OnCallHook,
+  TOOL_ABORT_GRACE_MS,
+  type ToolCallInfo,
+} from "./tools/invoke.ts";
+export {
+  type Caller,
+  type CallerInvokeOptions,
+  type CallerTools,
+  createToolRegistry,
+  type ToolRegistry,
+  type ToolRegistryOptions,
+} from "./tools/registry.ts";
 export {
   MAX_TRACE_VALUE_CHARS,
   setTraceOptions,

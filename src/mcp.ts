@@ -5,12 +5,8 @@
  */
 
 export {
-  DEFAULT_OAUTH_ALGORITHMS,
   MAX_AUTHORIZATION_CHARS,
-  OAUTH_CLOCK_TOLERANCE_S,
-  OAUTH_FETCH_TIMEOUT_MS,
   type OAuthResourceServerOptions,
-  PROTECTED_RESOURCE_METADATA_PATH,
 } from "./gateway/auth.ts";
 export {
   DEFAULT_APPROVAL_TIMEOUT_MS,
@@ -33,7 +29,6 @@ export {
 } from "./gateway/gateway.ts";
 export {
   HTTP_RECEIVE_TIMEOUT_MS,
-  HTTP_RETRY_AFTER_S,
   MAX_HTTP_BODY_BYTES,
   MAX_HTTP_BODY_BYTES_PER_PRINCIPAL,
   MAX_HTTP_BODY_BYTES_TOTAL,
@@ -41,15 +36,7 @@ export {
   MAX_HTTP_REQUESTS_TOTAL,
   SESSION_EVICTION_GRACE_MS,
 } from "./gateway/http-limits.ts";
-export {
-  EMPTY_RUN_TEXT,
-  EXECUTE_OUTPUT_SCHEMA,
-  type ExecuteStructuredResult,
-  formatRunError,
-  formatRunResult,
-  type McpContentBlock,
-  type McpToolResult,
-} from "./gateway/output.ts";
+export type { ExecuteStructuredResult, McpContentBlock, McpToolResult } from "./gateway/output.ts";
 export {
   DEFAULT_HTTP_PATH,
   type HttpServing,
@@ -62,36 +49,19 @@ export {
 export {
   MAX_LOG_CHARS_PER_RUN,
   MAX_LOG_MESSAGES_PER_RUN,
-  PROGRESS_HEARTBEAT_MS,
-  PROGRESS_MIN_INTERVAL_MS,
 } from "./gateway/session.ts";
 export { MAX_STDIO_LINE_BYTES } from "./gateway/stdio.ts";
-export {
-  countTokens,
-  cutToTokens,
-  loadTokenizer,
-  OUTPUT_TOKEN_ENCODING,
-  OUTPUT_TOKEN_FALLBACK,
-  tokenUnit,
-} from "./gateway/tokens.ts";
 export {
   DEFAULT_GATEWAY_SCOPE,
   type GatewayWaitingOptions,
   type WaitingDecision,
 } from "./gateway/waiting.ts";
 export {
-  type ApprovalAsker,
-  type ApprovalDecision,
+  type ApprovalOutcome,
   type ApprovalRecord,
   MAX_APPROVAL_ARGUMENTS_CHARS,
   MAX_APPROVAL_RECORDS,
 } from "./upstream/approval.ts";
-export {
-  callResultErrorMessage,
-  callResultToValue,
-  type McpCallResult,
-  type McpImageValue,
-} from "./upstream/call-result.ts";
 export {
   loadMcpConfig,
   type McpApprovalConfig,
@@ -104,24 +74,12 @@ export {
   type ParseMcpConfigOptions,
   parseMcpConfig,
 } from "./upstream/config.ts";
-export { RESOURCE_NOT_FOUND, UpstreamResources } from "./upstream/resources.ts";
 export {
   DEFAULT_CALL_TIMEOUT_MS,
   DEFAULT_CONNECT_TIMEOUT_MS,
-  HTTP_PROBE_TIMEOUT_MS,
-  HTTP_TERMINATE_TIMEOUT_MS,
   MAX_TOOL_LIST_PAGES,
-  type McpCallOptions,
-  McpUpstream,
-  type McpUpstreamDown,
-  type McpUpstreamOptions,
-  STDERR_TAIL_CHARS,
-  STDERR_TAIL_LINES,
-  STDIO_EXIT_GRACE_MS,
-  UPSTREAM_RETRY_INITIAL_MS,
-  UPSTREAM_RETRY_MAX_MS,
 } from "./upstream/server.ts";
-export { MCP_TOOL_SEPARATOR, mcpToolName } from "./upstream/tool-names.ts";
+export { mcpToolName } from "./upstream/tool-names.ts";
 export {
   type ConnectMcpServersOptions,
   connectMcpServers,

@@ -4,19 +4,11 @@
  * keys, BigInts, cycles, functions). The limits must hold on every value the host accepts, every outcome must be a
  * defined one, and the host must survive.
  */
-import {
-  Budget,
-  copyJson,
-  defineTool,
-  invokeTool,
-  type JsonValue,
-  MAX_JSON_DEPTH,
-  MAX_JSON_VALUES,
-  z,
-} from "airlock-codemode";
+import { Budget, defineTool, invokeTool, type JsonValue, z } from "airlock-codemode";
 import { createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import { type CodeProgramLimits, createCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
+import { copyJson, MAX_JSON_DEPTH, MAX_JSON_VALUES } from "../dist/json/index.js";
 
 const LIMITS: CodeProgramLimits = {
   cpuMillis: 2_000,

@@ -10,9 +10,9 @@ import {
   renderToolSignature,
   searchTools,
   type ToolLike,
-  tokenize,
 } from "airlock-codemode/declarations";
 import { describe, expect, test } from "vitest";
+import { tokenize } from "../dist/declarations/search.js";
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "schemas");
 const load = (server: string): ToolLike[] =>

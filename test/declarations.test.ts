@@ -1,6 +1,5 @@
 import {
   DEFAULT_INPUT_SCHEMA_MAX_CHARS,
-  isZodSchema,
   MAX_REF_EXPANSIONS,
   MAX_SCHEMA_NODES,
   renderDeclarations,
@@ -13,6 +12,7 @@ import {
 } from "airlock-codemode/declarations";
 import { describe, expect, test } from "vitest";
 import { z } from "zod";
+import { isZodSchema } from "../dist/declarations/zod.js";
 
 const lines = (...text: string[]) => text.join("\n");
 

@@ -5,15 +5,14 @@
 import { spawnSync } from "node:child_process";
 import {
   CONTAINER_ENTRY,
-  checkDockerOptions,
   createDockerQuickJsSandboxAdapter,
   DockerConfigError,
   type DockerSandboxOptions,
   PROVENANCE_LABEL,
-  runArgs,
   verifyDockerImage,
 } from "airlock-codemode/adapter-code-docker";
 import { afterAll, describe, expect, it } from "vitest";
+import { checkDockerOptions, runArgs } from "../dist/docker/docker-cli.js";
 import {
   GOOD_IMAGE as goodImage,
   STAND_IN_IMAGE as IMAGE,

@@ -2,6 +2,8 @@
  * Bounded JSON: copy, validate, canonical form and digest, with its limits (32 levels, 100,000 values, byte caps)
  * and refusals (__proto__ keys, non-plain values, cycles, getters); then a seeded fuzz of the boundary.
  */
+
+import { describe, expect, it } from "vitest";
 import {
   canonicalJson,
   copyJson,
@@ -10,8 +12,7 @@ import {
   MAX_JSON_DEPTH,
   MAX_JSON_VALUES,
   parseJson,
-} from "airlock-codemode";
-import { describe, expect, it } from "vitest";
+} from "../dist/json/index.js";
 
 const BIG = { maxBytes: 64 * 1024 * 1024 };
 

@@ -8,8 +8,9 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { McpGateway, type McpUpstream } from "airlock-codemode/mcp";
+import { McpGateway } from "airlock-codemode/mcp";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { McpUpstream } from "../dist/upstream/server.js";
 import { isAlive, paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";
 
 let folder: { dir: string; cleanup: () => void };

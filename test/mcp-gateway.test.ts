@@ -13,7 +13,6 @@ import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 import {
   connectMcpServers,
-  countTokens,
   MAX_SEARCH_QUERY_CHARS,
   MAX_STDIO_LINE_BYTES,
   MAX_TOOL_NAME_CHARS,
@@ -23,6 +22,7 @@ import {
   serveGatewayStdio,
 } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { countTokens } from "../dist/gateway/tokens.js";
 import {
   everything,
   filesystem,

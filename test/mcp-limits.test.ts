@@ -8,7 +8,6 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import {
   DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
-  HTTP_RETRY_AFTER_S,
   MAX_HTTP_BODY_BYTES,
   MAX_HTTP_BODY_BYTES_PER_PRINCIPAL,
   MAX_HTTP_BODY_BYTES_TOTAL,
@@ -23,6 +22,7 @@ import {
   serveGatewayHttp,
 } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HTTP_RETRY_AFTER_S } from "../dist/gateway/http-limits.js";
 import { type AuthorizationServer, startAuthorizationServer } from "./fixtures/mcp/authorization-server.ts";
 import { ENDLESS_BYTES, type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import { paged, tempFolder, waitFor } from "./fixtures/mcp/servers.ts";

@@ -10,16 +10,16 @@ import { join } from "node:path";
 import { CodemodeSandbox, isIdentifier } from "airlock-codemode";
 import { renderDeclarations } from "airlock-codemode/declarations";
 import {
-  callResultToValue,
   type McpConfigError,
   McpToolCollisionError,
   McpToolset,
-  type McpUpstream,
   McpUpstreamError,
   mcpToolName,
   parseMcpConfig,
 } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { callResultToValue } from "../dist/upstream/call-result.js";
+import type { McpUpstream } from "../dist/upstream/server.js";
 import { type HttpUpstream, startHttpUpstream } from "./fixtures/mcp/http-upstream.ts";
 import {
   configError,

@@ -9,9 +9,9 @@ import {
   MAX_VALUE_CHARS,
   ProcessCodemodeSandbox,
   type ProcessCodemodeSandboxOptions,
-  REMOTE_STOP_GRACE_MS,
 } from "airlock-codemode";
 import { afterEach, describe, expect, it } from "vitest";
+import { REMOTE_STOP_GRACE_MS } from "../dist/host/pool.js";
 import { hasSystemTool } from "./helpers/system-tools.ts";
 
 const badChild = new URL("./fixtures/process/bad-child.mjs", import.meta.url);

@@ -1,5 +1,5 @@
 /** TypeScript input (types erased in place) and the type-check mode. */
-import { typecheckScript } from "airlock-codemode";
+import { typecheckScript } from "airlock-codemode/source";
 import { describe, expect, it } from "vitest";
 import { launchers } from "./helpers/sandboxes.ts";
 

@@ -19,7 +19,6 @@ import {
   DEFAULT_STORAGE_TIMEOUT_MS,
   defineWorkflow,
   type ScheduledWorkflowRuntimeOptions,
-  type WorkflowCommands,
   type WorkflowStore,
 } from "airlock-codemode/workflows";
 import {
@@ -30,6 +29,7 @@ import {
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import type { WorkflowCommands } from "../dist/workflows/store.js";
 import { dropSchema, freshSchema, query } from "./helpers/postgres.ts";
 import { requirePostgres } from "./helpers/system-tools.ts";
 

@@ -25,14 +25,13 @@ export {
   PROTOCOL_VERSION as QUICKJS_PROTOCOL_VERSION,
 } from "../engine/protocol.ts";
 export type { QuickJsHostMessage, QuickJsProtocolTransport, QuickJsRunRequest } from "../transport/channel.ts";
-export { PROTOCOL_BOOT_TIMEOUT_MS, PROTOCOL_MAX_CONNECTIONS } from "../transport/launcher.ts";
+export { PROTOCOL_MAX_CONNECTIONS } from "../transport/launcher.ts";
 export {
   type QuickJsServerTransport,
   type QuickJsVmMessage,
   type ServeQuickJsProtocolOptions,
   serveQuickJsProtocol,
 } from "../transport/vm-side.ts";
-export { VM_WALL_SLACK_MS, wrapProgramSource } from "./execute-on-launcher.ts";
 export {
   type ClosableSandboxAdapter,
   createQuickJsProtocolAdapter,

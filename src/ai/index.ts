@@ -4,7 +4,8 @@
  */
 import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
-import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
+import { describeTool, INDEX_THRESHOLD_TOOLS, renderDeclarations } from "../declarations/index.ts";
+import { isZodSchema } from "../declarations/zod.ts";
 import { toCodemodeIdentifier } from "../platform/identifier.ts";
 import { durationOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";

@@ -93,9 +93,9 @@ async function gatewayView(config: string, values: Values, io: CliIo): Promise<n
   // The description's token budget is counted with the tokenizer, as `airlock serve` counts it before it answers.
   const [toolset, { McpGateway }, { Client }, { InMemoryTransport }] = await Promise.all([
     connectConfig(config, io, { command: "declarations", readOnly }),
-    import("../mcp.ts").then(async (mcp) => {
-      await mcp.loadTokenizer();
-      return mcp;
+    Promise.all([import("../gateway/gateway.ts"), import("../gateway/tokens.ts")]).then(async ([gateway, tokens]) => {
+      await tokens.loadTokenizer();
+      return gateway;
     }),
     import("@modelcontextprotocol/sdk/client/index.js"),
     import("@modelcontextprotocol/sdk/inMemory.js"),

@@ -13,7 +13,7 @@ import {
 // which refuse to compile wasm at run time.
 import quickjs from "../engine/wasm/quickjs-tracked.wasm";
 import { InlineCodemodeSandbox, type InlineCodemodeSandboxOptions } from "../inline/sandbox.ts";
-import { type CodemodeRemoteRequest, type RemoteExchange, RemoteVmSide } from "../remote/vm-side.ts";
+import { type CodemodeRemoteExchange, type CodemodeRemoteRequest, RemoteVmSide } from "../remote/vm-side.ts";
 
 export * from "../portable.ts";
 
@@ -45,7 +45,7 @@ export class CodemodeSandboxDurableObject<Env = unknown> extends DurableObject<E
    * The RPC a `RemoteCodemodeSandbox` makes once per execution (see remote/channel.ts); it resolves when the client ends
    * the session, and rejects a request that is not `RemoteCodemodeSandbox`'s (pi-codemode's client's among them).
    */
-  execute(request: CodemodeRemoteRequest, exchange: RemoteExchange): Promise<void> {
+  execute(request: CodemodeRemoteRequest, exchange: CodemodeRemoteExchange): Promise<void> {
     this.vmSide ??= new RemoteVmSide({
       module: quickjs,
       maxStackSize: INLINE_MAX_STACK_SIZE,

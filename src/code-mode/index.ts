@@ -5,7 +5,6 @@ export {
   defineSandboxAdapter,
   isSandboxAdapter,
   type ProgramErrorInfo,
-  SANDBOX_FAILURE_REASONS,
   type SandboxAdapter,
   type SandboxAdapterDefinition,
   type SandboxDeterministicRun,
@@ -24,11 +23,10 @@ export {
   DEFAULT_CALL_APPROVAL_TTL_MS,
   MAX_CALL_APPROVAL_TTL_MS,
 } from "./approvals/call-approvals.ts";
-export type { ApprovalJournalStore, CallApproval } from "./approvals/call-journal.ts";
+export type { CallApproval } from "./approvals/call-journal.ts";
 export { APPROVAL_VERIFY_TIMEOUT_MS, type ApprovalDecision, type ApprovingHuman } from "./approvals/decisions.ts";
 export { SNAPSHOT_MIN_CALLS } from "./approvals/journal-snapshots.ts";
 export {
-  CALL_SETTLE_GRACE_MS,
   type CodeModeInvokeTool,
   type CodeToolCallContext,
   DEFAULT_MAX_TOOL_RESULT_BYTES,
@@ -43,9 +41,7 @@ export {
 } from "./evidence.ts";
 export { EXECUTION_ID_MEMORY } from "./execution-ids.ts";
 export {
-  ADAPTER_STOP_GRACE_MS,
   type ApprovingCodeMode,
-  AVAILABILITY_TIMEOUT_MS,
   type CodeExecuteOptions,
   type CodeMode,
   type CodeWaitingOutcome,
@@ -62,6 +58,7 @@ export {
 export {
   type AnyCodeProgram,
   CODE_PROGRAM_LIMIT_RANGES,
+  CODE_PROGRAM_LIMITS,
   type CodeLanguage,
   type CodeProgram,
   type CodeProgramDefinition,

@@ -59,6 +59,24 @@ export const CODE_PROGRAM_LIMIT_RANGES: { readonly [K in keyof CodeProgramLimits
 const LIMIT_NAMES = Object.keys(CODE_PROGRAM_LIMIT_RANGES) as (keyof CodeProgramLimits)[];
 
 /**
+ * A preset of every limit, for a program that calls a few tools on small JSON: 1 s of CPU, 10 s in all, 32 MiB, 64 KiB
+ * of input and output, 16 KiB per call, 32 calls, one at a time. Spread it and change what the program needs
+ * (`{ ...CODE_PROGRAM_LIMITS, maxToolCalls: 200 }`). Its values are part of a program's digest like any limits: a
+ * durable program that must resume across upgrades of Airlock writes its limits out.
+ */
+export const CODE_PROGRAM_LIMITS: CodeProgramLimits = Object.freeze({
+  cpuMillis: 1_000,
+  wallTimeMillis: 10_000,
+  memoryBytes: 32 * 1024 * 1024,
+  scratchBytes: 0,
+  maxInputBytes: 64 * 1024,
+  maxOutputBytes: 64 * 1024,
+  maxToolInputBytes: 16 * 1024,
+  maxToolCalls: 32,
+  maxToolConcurrency: 1,
+});
+
+/**
  * The language the source is written in. A TypeScript program's types are erased when it is defined (its digest is
  * over the source as written); Airlock's adapters run it, and an adapter of your own only if it declares `languages`.
  */

@@ -32,6 +32,5 @@ export {
   SUMMARY_MAX_CHARS,
 } from "./render-limits.ts";
 export { schemaToType } from "./schema-to-type.ts";
-export { searchTools, tokenize } from "./search.ts";
+export { searchTools } from "./search.ts";
 export { renderToolIndex } from "./tool-index.ts";
-export { isZodSchema } from "./zod.ts";

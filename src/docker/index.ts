@@ -44,17 +44,11 @@ export { DOCKERFILE, provenanceOfSpdx, writeDockerBuildContext } from "./contain
 export {
   CONTAINER_ENTRY,
   CONTAINER_ROOT,
-  CONTAINER_USER,
-  checkDockerOptions,
-  checkImage,
   DEFAULT_DOCKER_LIMITS,
   DockerConfigError,
   type DockerLimits,
   type DockerSandboxOptions,
-  inspectArgs,
-  killArgs,
   PROVENANCE_LABEL,
-  runArgs,
 } from "./docker-cli.ts";
 export {
   DEFAULT_MAX_SCAN_AGE_MS,
@@ -72,7 +66,7 @@ export {
 export const DOCKER_ADAPTER_ID = "airlock.quickjs-docker";
 export const DOCKER_ADAPTER_VERSION = "1";
 /** Time a docker CLI call (inspect, kill) may take. */
-export const DOCKER_CLI_TIMEOUT_MS = 30_000;
+const DOCKER_CLI_TIMEOUT_MS = 30_000;
 
 /** Runs the docker CLI with a minimal environment and returns its exit status and output. */
 function docker(options: CheckedDockerOptions, args: string[]): Promise<{ code: number | null; stdout: string }> {

@@ -2,11 +2,9 @@
 export {
   DEFAULT_LIMITS as DEFAULT_PROCESS_LIMITS,
   IsolationUnavailableError,
-  NODE_ADDRESS_SPACE_BYTES,
   type ProcessIsolationOptions,
   type ProcessLimits,
   type ProcessProtections,
   type ProcessRuntime,
-  WASM_MEMORY_HEADROOM_BYTES,
 } from "./isolation/resolve.ts";
 export { DEFAULT_VMS_PER_CHILD, ProcessCodemodeSandbox, type ProcessCodemodeSandboxOptions } from "./sandbox.ts";

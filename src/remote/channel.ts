@@ -8,13 +8,12 @@
  */
 import { MAX_EXCHANGE_BYTES, rpcBytes } from "../engine/rpc-bytes.ts";
 import type { HostChannel } from "../host/channel.ts";
-import { type CodemodeRemoteRequest, type RemoteExchange, takeExchange } from "./vm-side.ts";
+import { type CodemodeRemoteExchange, type CodemodeRemoteRequest, takeExchange } from "./vm-side.ts";
 
 /** What the remote object offers: its RPC method (the Durable Object's `execute`; pi-codemode's `CodemodeRemote`). */
-export interface RemoteSandboxStub {
-  execute(request: CodemodeRemoteRequest, exchange: RemoteExchange): PromiseLike<unknown>;
+export interface CodemodeRemote {
+  execute(request: CodemodeRemoteRequest, exchange: CodemodeRemoteExchange): PromiseLike<unknown>;
 }
-export type CodemodeRemote = RemoteSandboxStub;
 
 /** Longest an exchange waits for the host's next commands before it answers with none (the object then asks again). */
 export const REMOTE_POLL_MS = 1_000;
@@ -26,7 +25,7 @@ const MAX_MESSAGES_PER_EXCHANGE = 1_000_000;
 const MAX_FAILURE_CHARS = 300;
 
 /** Opens a session with one remote object: the RPC starts at once, and ends when the channel is killed. */
-export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemoteRequest): HostChannel {
+export function openRemoteChannel(stub: CodemodeRemote, request: CodemodeRemoteRequest): HostChannel {
   let closed = false;
   const outbox: unknown[] = [];
   let waiter: (() => void) | undefined;
@@ -42,7 +41,7 @@ export function openRemoteChannel(stub: RemoteSandboxStub, request: CodemodeRemo
     if (how === "broken") channel.onerror?.(reason);
     else channel.onclose?.(reason);
   };
-  const exchange: RemoteExchange = async (messages) => {
+  const exchange: CodemodeRemoteExchange = async (messages) => {
     if (closed) return null;
     // A new exchange while one waits: the VM side has news. The waiting one answers now (with what there is), and
     // this one waits in its place, so that one exchange at most waits at a time.

@@ -6,7 +6,7 @@ import { sandboxFailure, UNSEEDED, type VmEvent } from "../engine/protocol.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
 import { HostPeer } from "../host/peer.ts";
 import { REMOTE_STOP_GRACE_MS, tooLargeAnswer } from "../host/pool.ts";
-import { openRemoteChannel, REMOTE_BOOT_TIMEOUT_MS, type RemoteSandboxStub } from "./channel.ts";
+import { type CodemodeRemote, openRemoteChannel, REMOTE_BOOT_TIMEOUT_MS } from "./channel.ts";
 import type { CodemodeRemoteRequest } from "./vm-side.ts";
 
 /** Runs every execution on the object `remote()` picks for it, in a session of its own. */
@@ -14,7 +14,7 @@ export class RemoteLauncher implements Launcher {
   private readonly peers = new Set<HostPeer>();
   private closed = false;
 
-  constructor(private readonly remote: () => RemoteSandboxStub) {}
+  constructor(private readonly remote: () => CodemodeRemote) {}
 
   launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
     const exec = 1;
@@ -25,7 +25,7 @@ export class RemoteLauncher implements Launcher {
       onEvent(event);
     };
     const fail = (message: string) => queueMicrotask(() => finish(sandboxFailure(exec, message)));
-    let stub: RemoteSandboxStub;
+    let stub: CodemodeRemote;
     try {
       if (this.closed) throw new Error("the sandbox is closed");
       stub = this.remote();

@@ -13,9 +13,14 @@ import { integerOption, refuseUnknownOptions } from "../platform/options.ts";
 import { CodemodeSandboxBase, checkOptions, memoryOption } from "../sandbox/base.ts";
 import { checkWasm } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
-import type { RemoteSandboxStub } from "./channel.ts";
+import type { CodemodeRemote } from "./channel.ts";
 import { RemoteLauncher } from "./launcher.ts";
-import { type CodemodeRemoteRequest, checkRemoteRequest, type RemoteExchange, RemoteVmSide } from "./vm-side.ts";
+import {
+  type CodemodeRemoteExchange,
+  type CodemodeRemoteRequest,
+  checkRemoteRequest,
+  RemoteVmSide,
+} from "./vm-side.ts";
 
 /** Time `warm()` gives a cold object to boot and run its first script. */
 export const REMOTE_WARM_TIMEOUT_MS = 30_000;
@@ -26,7 +31,7 @@ export interface RemoteCodemodeSandboxOptions extends CodemodeSandboxBaseOptions
    * (`env.CODEMODE_SANDBOX.getByName(sessionId)`) keeps a session's scripts together, one per execution
    * (`getByName(crypto.randomUUID())`) runs each on its own.
    */
-  remote: () => RemoteSandboxStub;
+  remote: () => CodemodeRemote;
 }
 
 /**
@@ -85,7 +90,7 @@ const SERVE_OPTION_KEYS = ["wasm", "maxInterruptBudget", "maxMemoryLimitBytes"];
  */
 export async function serveCodemodeRemote(
   request: CodemodeRemoteRequest,
-  exchange: RemoteExchange,
+  exchange: CodemodeRemoteExchange,
   options: CodemodeServeOptions,
 ): Promise<void> {
   if (options === null || typeof options !== "object") {

@@ -29,10 +29,9 @@ import { serveVm, type VmServer } from "../engine/serve.ts";
  * The host's side of a session: takes the session's messages (in order) and resolves to its next commands, or to
  * null when the host has closed the session. Over Workers RPC it is a function of the caller's, called back.
  */
-export type RemoteExchange = (messages: CodemodeRemoteMessage[]) => Promise<CodemodeRemoteReply>;
+export type CodemodeRemoteExchange = (messages: CodemodeRemoteMessage[]) => Promise<CodemodeRemoteReply>;
 
 /** pi-codemode's names for the exchange and what crosses it (the messages are Airlock's protocol, protocol.ts). */
-export type CodemodeRemoteExchange = RemoteExchange;
 export type CodemodeRemoteMessage = VmMessage;
 export type CodemodeRemoteReply = unknown[] | null;
 
@@ -126,7 +125,7 @@ export class RemoteVmSide {
    * the host then answers the waiting one at once. A request that is not a `CodemodeRemoteRequest` is refused (the
    * promise rejects) before anything is sent.
    */
-  async serve(request: unknown, exchange: RemoteExchange, limits: RemoteLimits): Promise<void> {
+  async serve(request: unknown, exchange: CodemodeRemoteExchange, limits: RemoteLimits): Promise<void> {
     const asked = checkRemoteRequest(request);
     if (typeof exchange !== "function") throw new TypeError("exchange must be a function");
     const capped: RemoteLimits =

@@ -29,7 +29,7 @@ export const MAX_APPROVAL_RECORDS = 100;
 const MAX_CLIENT_ERROR_CHARS = 200;
 
 /** What became of one call that needed approval. */
-export type ApprovalDecision =
+export type ApprovalOutcome =
   /** The person approved it; it was sent. */
   | "accepted"
   /** The person declined it. */
@@ -53,7 +53,7 @@ export interface ApprovalRecord {
   server: string;
   /** The tool's name on its server. */
   tool: string;
-  decision: ApprovalDecision;
+  decision: ApprovalOutcome;
 }
 
 /** The client session of one `execute` request, as the gate asks it. */
@@ -140,7 +140,7 @@ export class ApprovalGate {
   }
 
   private async ask(call: ApprovalCall, signal: AbortSignal): Promise<void> {
-    const decide = (decision: ApprovalDecision, message?: string): void => {
+    const decide = (decision: ApprovalOutcome, message?: string): void => {
       if (this.approvals.length < MAX_APPROVAL_RECORDS) {
         this.approvals.push({ server: call.server, tool: call.tool, decision });
       } else this.notListed++;

@@ -12,7 +12,21 @@ import type { HostChannel, SharedState } from "../host/channel.ts";
 import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
 import { threadCpuMs } from "./thread-clock.ts";
-import type { WorkerData } from "./vm-side.ts";
+
+/** What a worker of the pool starts with (worker/vm-side.ts reads it). */
+export interface WorkerData {
+  module: WebAssembly.Module;
+  stopFlags: Int32Array;
+  handled: Int32Array;
+  turn: Int32Array;
+  turnEpochMs: number;
+  /** See lane.ts. */
+  lane: SharedArrayBuffer;
+  /** See event-lane.ts. */
+  events: SharedArrayBuffer;
+  maxStackSize: number;
+  maxVms: number;
+}
 
 /** Messages one batch from a worker may carry: a VM turn emits at most its output items plus its calls. */
 const MAX_MESSAGES_PER_BATCH = 1_000_000;

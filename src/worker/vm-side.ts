@@ -6,23 +6,10 @@ import { isMainThread, parentPort, workerData } from "node:worker_threads";
 import type { VmMessage } from "../engine/protocol.ts";
 import { TurnSlot } from "../engine/runner.ts";
 import { serveVm } from "../engine/serve.ts";
+import type { WorkerData } from "./channel.ts";
 import { WorkerEventLane } from "./event-lane.ts";
 import { LANE_BYTES, WorkerLane } from "./lane.ts";
 import { currentThreadId } from "./thread-clock.ts";
-
-export interface WorkerData {
-  module: WebAssembly.Module;
-  stopFlags: Int32Array;
-  handled: Int32Array;
-  turn: Int32Array;
-  turnEpochMs: number;
-  /** See lane.ts. */
-  lane: SharedArrayBuffer;
-  /** See event-lane.ts. */
-  events: SharedArrayBuffer;
-  maxStackSize: number;
-  maxVms: number;
-}
 
 /** How long a worker whose runs all wait on tools blocks on the lane before it goes back to its event loop. */
 const LANE_WAIT_MS = 5;

@@ -6,7 +6,6 @@
 export {
   type AnyWorkflow,
   type Binding,
-  type DefinedNode,
   defineWorkflow,
   isWorkflow,
   MAX_BINDING_PATH,
@@ -55,10 +54,9 @@ export {
   SCHEDULED_PROFILE,
   type ScheduledWorkflowRuntime,
   type ScheduledWorkflowRuntimeOptions,
-  type ScheduledWorkflowStore,
   VERIFY_TIMEOUT_MS,
   type VerifiedExternalEffect,
   type VerifiedHuman,
   type WorkflowDrainReport,
 } from "./runtime.ts";
-export type { Claim, RunAccess, Settlement, WorkflowCommands, WorkflowStore } from "./store.ts";
+export type { WorkflowStore } from "./store.ts";

@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { RemoteSandboxStub } from "airlock-codemode/portable";
+import type { CodemodeRemote } from "airlock-codemode/portable";
 import type { Miniflare } from "miniflare";
 import type { Outcome, Scenario } from "../fixtures/cloudflare/agent-worker.ts";
 
@@ -163,7 +163,7 @@ interface RelaySocket {
  * Worker's relay with the request in its URL, and the host's end of `exchange` across a WebSocket (miniflare cannot
  * pass a function from Node).
  */
-export function relayStub(workerd: Promise<Workerd>, name: string, binding = "SANDBOX"): RemoteSandboxStub {
+export function relayStub(workerd: Promise<Workerd>, name: string, binding = "SANDBOX"): CodemodeRemote {
   return {
     async execute(request, exchange) {
       const { mf } = await workerd;

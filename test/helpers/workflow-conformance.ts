@@ -9,10 +9,10 @@ import {
   defineWorkflow,
   type ScheduledWorkflowRuntime,
   type ScheduledWorkflowRuntimeOptions,
-  type WorkflowCommands,
   type WorkflowStore,
 } from "airlock-codemode/workflows";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { WorkflowCommands } from "../../dist/workflows/store.js";
 
 export interface StoreFixture {
   store: WorkflowStore;
