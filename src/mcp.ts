@@ -20,7 +20,6 @@ export {
 } from "./gateway/defaults.ts";
 export { DEFAULT_DECLARATIONS_MAX_TOKENS, type DeclarationsForm } from "./gateway/description.ts";
 export {
-  type GatewayExecuteOptions,
   type GatewaySearchResult,
   type GatewaySessionOptions,
   McpGateway,
@@ -46,10 +45,7 @@ export {
   serveGatewayHttp,
   serveGatewayStdio,
 } from "./gateway/serving.ts";
-export {
-  MAX_LOG_CHARS_PER_RUN,
-  MAX_LOG_MESSAGES_PER_RUN,
-} from "./gateway/session.ts";
+export { type GatewayExecuteOptions, MAX_LOG_CHARS_PER_RUN, MAX_LOG_MESSAGES_PER_RUN } from "./gateway/session.ts";
 export { MAX_STDIO_LINE_BYTES } from "./gateway/stdio.ts";
 export {
   DEFAULT_GATEWAY_SCOPE,

@@ -1,6 +1,14 @@
 /** Flag parsing shared by the subcommands: `node:util` parseArgs in strict mode, with errors a person can act on. */
 import { type ParseArgsConfig, parseArgs } from "node:util";
 
+/**
+ * The environment variable that holds the deciding person's credential for `airlock approve` and `reject` (read by
+ * durable.ts, which those commands load when they run).
+ */
+export const APPROVER_CREDENTIAL_ENV = "AIRLOCK_APPROVER_CREDENTIAL";
+/** Records `runs list` and `approvals list` show at most. */
+export const LIST_LIMIT = 1_000;
+
 /** Bad usage: the CLI prints the message with a pointer to the help and exits with status 2. */
 export class UsageError extends Error {
   override name = "UsageError";

@@ -1,6 +1,7 @@
 /** The `airlock` command line: global flags, the command table, and how usage errors are reported. */
 import { CommandError, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError } from "./args.ts";
-import { type CliIo, type Command, commands, findCommand } from "./commands.ts";
+import type { CliIo, Command } from "./command.ts";
+import { commands, findCommand } from "./commands.ts";
 import { version } from "./version.ts";
 
 export function generalUsage(): string {

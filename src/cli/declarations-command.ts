@@ -6,7 +6,7 @@ import { renderDeclarations } from "../declarations/index.ts";
 import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "../gateway/defaults.ts";
 import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
 import { EXIT_OK, parseFlags, positiveInteger, timeoutFlag, UsageError } from "./args.ts";
-import type { CliIo, Command } from "./commands.ts";
+import type { CliIo, Command } from "./command.ts";
 import { connectConfig } from "./mcp-config.ts";
 import { loadTools } from "./tools.ts";
 import { version } from "./version.ts";

@@ -16,9 +16,8 @@ import type { StoredRecord } from "../workflows/records.ts";
 import { RUN_KIND, runStateOf, snapshotOf } from "../workflows/run-state.ts";
 import { createSqliteStore } from "../workflows/sqlite.ts";
 import type { WorkflowStore } from "../workflows/store.ts";
-import { EXIT_FAILED, EXIT_OK, UsageError } from "./args.ts";
-import type { CliIo } from "./commands.ts";
-import { APPROVER_CREDENTIAL_ENV, LIST_LIMIT } from "./runs-commands.ts";
+import { APPROVER_CREDENTIAL_ENV, EXIT_FAILED, EXIT_OK, LIST_LIMIT, UsageError } from "./args.ts";
+import type { CliIo } from "./command.ts";
 
 export interface StoreFlags {
   store?: string;

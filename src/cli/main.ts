@@ -2,7 +2,7 @@
 /** The `airlock` executable: wires the command line to this process and exits as soon as the command is done. */
 import { EXIT_FAILED } from "./args.ts";
 import { cli } from "./cli.ts";
-import type { CliIo } from "./commands.ts";
+import type { CliIo } from "./command.ts";
 import { startProgress } from "./progress.ts";
 
 for (const [name, stream] of [

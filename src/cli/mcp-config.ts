@@ -6,7 +6,7 @@
 import { resolve } from "node:path";
 import type { McpToolset } from "../mcp.ts";
 import { CommandError, UsageError } from "./args.ts";
-import type { CliIo } from "./commands.ts";
+import type { CliIo } from "./command.ts";
 import { version } from "./version.ts";
 
 /** Connects every server of the config at `spec` (relative to the current directory). Close the toolset after use. */

@@ -16,7 +16,7 @@ import type {
 } from "../types.ts";
 import { CodemodeSandbox } from "../worker/sandbox.ts";
 import { EXIT_FAILED, EXIT_OK, oneOf, parseFlags, positiveInteger, timeoutFlag, UsageError } from "./args.ts";
-import type { CliIo, Command } from "./commands.ts";
+import type { CliIo, Command } from "./command.ts";
 import { formatError, formatOutput, formatValue, nameFrames, type ScriptSource } from "./format.ts";
 import { connectConfig } from "./mcp-config.ts";
 import { applyStoreWrites, readStore, type StoreObject, writeStore } from "./store-file.ts";

@@ -4,13 +4,8 @@
  * A decision needs the person's credential (from the environment, never the command line, which other users can
  * read) and a verifier module that checks it, as the application's own `verifyHuman` does.
  */
-import { EXIT_OK, parseFlags, UsageError } from "./args.ts";
-import type { Command } from "./commands.ts";
-
-/** The environment variable that holds the deciding person's credential. */
-export const APPROVER_CREDENTIAL_ENV = "AIRLOCK_APPROVER_CREDENTIAL";
-/** Records `runs list` and `approvals list` show at most. */
-export const LIST_LIMIT = 1_000;
+import { APPROVER_CREDENTIAL_ENV, EXIT_OK, parseFlags, UsageError } from "./args.ts";
+import type { Command } from "./command.ts";
 
 const STORE_HELP = `  --store <file|url>   The store: a SQLite file (it must exist) or a postgres:// URL
   --schema <name>      PostgreSQL schema of the store (default airlock)`;

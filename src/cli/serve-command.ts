@@ -15,9 +15,8 @@ import type { WaitingDecision } from "../gateway/waiting.ts";
 import type { HttpServing, McpGateway, ParsedMcpConfig } from "../mcp.ts";
 import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
-import { EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
-import type { CliIo, Command } from "./commands.ts";
-import { APPROVER_CREDENTIAL_ENV } from "./runs-commands.ts";
+import { APPROVER_CREDENTIAL_ENV, EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
+import type { CliIo, Command } from "./command.ts";
 
 /** The largest deadline a Node.js timer can hold. */
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;

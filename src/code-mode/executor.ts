@@ -31,8 +31,8 @@ import {
   type SandboxResult,
   type SandboxToolsBridge,
 } from "./adapter.ts";
+import type { AttemptOutcome, WaitingOutcome } from "./approvals/attempt-outcome.ts";
 import { type CodeApprovalsOptions, createCallApprovals } from "./approvals/call-approvals.ts";
-import type { AttemptOutcome, WaitingOutcome } from "./approvals/call-attempt.ts";
 import type { CallApproval } from "./approvals/call-journal.ts";
 import type { ApprovalDecision } from "./approvals/decisions.ts";
 import { CALL_ID_INFIX, type CodeModeInvokeTool, DEFAULT_MAX_TOOL_RESULT_BYTES, ToolCalls } from "./calls.ts";

@@ -11,14 +11,8 @@ import { booleanOption, integerOption, optionKeys, refuseUnknownOptions } from "
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
 import { startTrace, withTraceContext } from "../tracing/index.ts";
-import type { CodemodeProgressEvent, CodemodeResult, CodemodeTool } from "../types.ts";
-import {
-  type ApprovalAsker,
-  ApprovalGate,
-  type ApprovalLimits,
-  MAX_APPROVAL_RECORDS,
-  unsupportedNote,
-} from "../upstream/approval.ts";
+import type { CodemodeResult, CodemodeTool } from "../types.ts";
+import { ApprovalGate, type ApprovalLimits, MAX_APPROVAL_RECORDS, unsupportedNote } from "../upstream/approval.ts";
 import { UpstreamResources } from "../upstream/resources.ts";
 import { MCP_TOOL_SEPARATOR } from "../upstream/tool-names.ts";
 import { CONNECT_KEYS, type ConnectMcpServersOptions, type McpTool, McpToolset } from "../upstream/toolset.ts";
@@ -39,7 +33,7 @@ import {
 } from "./defaults.ts";
 import { catalogSummary, DEFAULT_DECLARATIONS_MAX_TOKENS, executeDescription } from "./description.ts";
 import { formatRunResult, type McpToolResult } from "./output.ts";
-import { createGatewayServer } from "./session.ts";
+import { createGatewayServer, type GatewayExecuteOptions } from "./session.ts";
 import { loadTokenizer } from "./tokens.ts";
 import { type GatewayWaitingOptions, refusal, WaitingRuns } from "./waiting.ts";
 
@@ -86,29 +80,6 @@ export interface McpGatewayOptions {
    * Without it such calls are refused.
    */
   waiting?: GatewayWaitingOptions;
-}
-
-/** What `execute` takes besides the code. */
-export interface GatewayExecuteOptions {
-  signal?: AbortSignal;
-  /** The session's stored values; writes of a successful run are applied to this object. */
-  store?: Record<string, unknown>;
-  /** What the run does while it runs (output items, tool calls), as the sandbox reports it. */
-  onProgress?: (event: CodemodeProgressEvent) => void;
-  /** The request's `_meta`: its `traceparent` (and `tracestate`) make the run's spans part of the caller's trace. */
-  meta?: Record<string, unknown>;
-  /**
-   * The client session that asked for the run: calls of tools that need approval are asked of its person (MCP
-   * elicitation). Without it such calls are refused (`GUARD_BLOCKED`).
-   */
-  caller?: ApprovalAsker;
-  /** The id of a run that waited: continues it (the same code), with the gateway's `waiting` store. */
-  resume?: string;
-  /**
-   * Who the client is (over HTTP, the principal its token names): a run that waits belongs to it, and only the same
-   * principal can resume it. Without it, runs belong to the gateway's scope alone.
-   */
-  principal?: string;
 }
 
 /** What one client session is: who its client is (see `GatewayExecuteOptions.principal`). */

@@ -19,13 +19,16 @@ import {
   McpError,
   type ProgressToken,
   ReadResourceRequestSchema,
+  type Root,
   RootsListChangedNotificationSchema,
   type ServerNotification,
   SetLevelRequestSchema,
   type Tool,
+  type ToolAnnotations,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { CodemodeProgressEvent } from "../types.ts";
-import { sessionAsker } from "../upstream/approval.ts";
+import { type ApprovalAsker, sessionAsker } from "../upstream/approval.ts";
+import type { UpstreamResources } from "../upstream/resources.ts";
 import {
   DEFAULT_SEARCH_LIMIT,
   MAX_DESCRIBE_NAMES,
@@ -33,7 +36,6 @@ import {
   MAX_SEARCH_QUERY_CHARS,
   MAX_TOOL_NAME_CHARS,
 } from "../upstream/upstream-limits.ts";
-import type { McpGateway } from "./gateway.ts";
 import { EXECUTE_OUTPUT_SCHEMA, type McpToolResult } from "./output.ts";
 import { resumeProblem } from "./waiting.ts";
 
@@ -50,6 +52,46 @@ export const MAX_LOG_MESSAGES_PER_RUN = 1_000;
  */
 export const MAX_LOG_CHARS_PER_RUN = 256 * 1024;
 
+/** What `execute` takes besides the code. */
+export interface GatewayExecuteOptions {
+  signal?: AbortSignal;
+  /** The session's stored values; writes of a successful run are applied to this object. */
+  store?: Record<string, unknown>;
+  /** What the run does while it runs (output items, tool calls), as the sandbox reports it. */
+  onProgress?: (event: CodemodeProgressEvent) => void;
+  /** The request's `_meta`: its `traceparent` (and `tracestate`) make the run's spans part of the caller's trace. */
+  meta?: Record<string, unknown>;
+  /**
+   * The client session that asked for the run: calls of tools that need approval are asked of its person (MCP
+   * elicitation). Without it such calls are refused (`GUARD_BLOCKED`).
+   */
+  caller?: ApprovalAsker;
+  /** The id of a run that waited: continues it (the same code), with the gateway's `waiting` store. */
+  resume?: string;
+  /**
+   * Who the client is (over HTTP, the principal its token names): a run that waits belongs to it, and only the same
+   * principal can resume it. Without it, runs belong to the gateway's scope alone.
+   */
+  principal?: string;
+}
+
+/**
+ * The gateway as one client's session sees it: what it serves, and the three tools it answers with. McpGateway
+ * (gateway.ts) is the one there is; a session knows it by these members alone.
+ */
+export interface SessionGateway {
+  readonly serverInfo: { name: string; version: string };
+  readonly forwardRoots: boolean;
+  readonly toolset: { setRoots(roots: readonly Root[]): void };
+  readonly resources: UpstreamResources;
+  instructions(): string;
+  search(query: string, limit: number): string;
+  describe(names: readonly string[]): string;
+  execute(code: string, options: GatewayExecuteOptions): Promise<McpToolResult>;
+  executeDescription(): string;
+  executeAnnotations(): ToolAnnotations;
+}
+
 /** The tools' names, for the error of an unknown one. */
 const TOOL_NAMES = ["search", "describe", "execute"];
 
@@ -62,7 +104,7 @@ export interface GatewaySession {
 
 type Notify = (notification: ServerNotification) => Promise<void>;
 
-export function createGatewayServer(gateway: McpGateway, principal?: string): GatewaySession {
+export function createGatewayServer(gateway: SessionGateway, principal?: string): GatewaySession {
   const server = new Server(gateway.serverInfo, {
     capabilities: {
       tools: { listChanged: true },
@@ -168,7 +210,7 @@ export function createGatewayServer(gateway: McpGateway, principal?: string): Ga
   return { server, changed };
 }
 
-function toolList(gateway: McpGateway): Tool[] {
+function toolList(gateway: SessionGateway): Tool[] {
   return [
     {
       name: "search",

@@ -11,8 +11,8 @@
  */
 import { randomUUID } from "node:crypto";
 import { makeSandboxAdapter, type SandboxExecuteRequest, type ToolCallResult } from "../code-mode/adapter.ts";
+import type { AttemptOutcome, WaitingOutcome } from "../code-mode/approvals/attempt-outcome.ts";
 import { type CallApprovals, createCallApprovals } from "../code-mode/approvals/call-approvals.ts";
-import type { AttemptOutcome, WaitingOutcome } from "../code-mode/approvals/call-attempt.ts";
 import {
   type ApprovalJournalStore,
   type CallJournalView,

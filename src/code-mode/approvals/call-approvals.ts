@@ -19,14 +19,8 @@ import type { Scope } from "../../tools/define.ts";
 import { CONFIG_OPTION_ERRORS, configError } from "../../tools/errors.ts";
 import type { SandboxAdapter } from "../adapter.ts";
 import { CODE_PROGRAM_LIMIT_RANGES } from "../program.ts";
-import {
-  type AttemptOutcome,
-  fromError,
-  type RunAttempt,
-  refusal,
-  runAttempt,
-  type WaitingOutcome,
-} from "./call-attempt.ts";
+import type { AttemptOutcome, WaitingOutcome } from "./attempt-outcome.ts";
+import { fromError, type RunAttempt, refusal, runAttempt } from "./call-attempt.ts";
 import {
   type ApprovalJournalStore,
   type JournaledProgram,

@@ -25,14 +25,13 @@ import {
   type SequencedCallResult,
   type ToolCallResult,
 } from "../adapter.ts";
-import type { ExecutionEvidence } from "../evidence.ts";
+import type { AttemptOutcome, WaitingOutcome } from "./attempt-outcome.ts";
 import {
   type ApprovalJournalStore,
   type ApprovedCall,
   approvalDigest,
   approvalOf,
   argsOf,
-  type CallApproval,
   type Entry,
   foldEntries,
   type JournaledProgram,
@@ -47,25 +46,8 @@ import {
 import { append, setState } from "./journal-owner.ts";
 import { dropSnapshot, type JournalSummary, readSnapshot, storeSnapshot } from "./journal-snapshots.ts";
 
-export type AttemptOutcome =
-  | { status: "succeeded"; output: unknown; usage: object; evidence: readonly ExecutionEvidence[] }
-  | {
-      status: "failed" | "blocked" | "cancelled" | "outcome_unknown";
-      error: { code: ErrorCode; message: string };
-      usage: object;
-      evidence: readonly ExecutionEvidence[];
-      programError?: unknown;
-    };
-
 /** Runs one attempt of the execution on the given adapter, under the given execution id (the executor's own path). */
 export type RunAttempt = (adapter: SandboxAdapter, attemptExecutionId: string) => Promise<AttemptOutcome>;
-
-export interface WaitingOutcome {
-  readonly status: "waiting";
-  readonly approval: CallApproval;
-  readonly usage: object;
-  readonly evidence: readonly ExecutionEvidence[];
-}
 
 /**
  * Why an attempt stopped before the program ended: a call that needs a person, a call other than the journal's at its

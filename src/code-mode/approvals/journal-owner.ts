@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { domainDigest, type JsonObject } from "../../json/index.ts";
 import type { Scope } from "../../tools/define.ts";
 import { AirlockError } from "../../tools/errors.ts";
-import type { AttemptOutcome, WaitingOutcome } from "./call-attempt.ts";
+import type { AttemptOutcome, WaitingOutcome } from "./attempt-outcome.ts";
 import {
   type ApprovalJournalStore,
   approvalOf,
