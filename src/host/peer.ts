@@ -28,6 +28,8 @@ export interface SharedState {
   stopFlags: Int32Array;
   /** Commands handled by slot (see RunnerOptions.handled). */
   handled: Int32Array;
+  /** Milliseconds computed by slot (see RunnerOptions.computed). */
+  computed: Int32Array;
   /** The turn word (see RunnerOptions.turn). */
   turn: Int32Array;
   /** What the turn word's start times count from. */
@@ -104,6 +106,11 @@ export interface PeerRun {
   deterministic: boolean;
   program: boolean;
   journal: boolean;
+  /**
+   * Message-based VM sides: the time its turns computed that the VM side said were long (`busy`), plus LONG_TURN_MS
+   * each; shorter turns go unseen.
+   */
+  computedMs: number;
   /** Ids the VM side gave out so far: each call must carry the next one. */
   lastCallId: number;
   /** The calls its request's snapshot made (RunRequest.restore), or null: a run restored from it goes on from there. */
@@ -185,10 +192,12 @@ export class HostPeer {
     if (shared) {
       Atomics.store(shared.stopFlags, slot, StopCode.none);
       Atomics.store(shared.handled, slot, 0);
+      Atomics.store(shared.computed, slot, 0);
     }
     const run: PeerRun = {
       exec,
       slot,
+      computedMs: 0,
       onEvent,
       deterministic: request.deterministic !== null,
       program: request.program !== null,
@@ -357,6 +366,36 @@ export class HostPeer {
     return Math.min(wallMs, WALL_TIMED_MS + seen.cpuMs - seen.cpuAtFirst);
   }
 
+  /**
+   * How long run `exec` has computed on this VM side so far, in ms: what rebuilding it elsewhere computes again. Across
+   * a pipe only its turns of LONG_TURN_MS or more are seen.
+   */
+  computedBy(exec: number): number {
+    const run = this.runs.get(exec);
+    if (!run) return 0;
+    const shared = this.channel.shared;
+    return shared ? Atomics.load(shared.computed, run.slot) : run.computedMs;
+  }
+
+  /** Runs sent that have said nothing yet: not begun, or computing their first turn. */
+  unstarted(): number {
+    let count = 0;
+    for (const run of this.runs.values()) if (run.events === 0 && !run.abandoned) count++;
+    return count;
+  }
+
+  /** Whether run `exec` has said anything yet (see `unstarted`). */
+  heardFrom(exec: number): boolean {
+    return (this.runs.get(exec)?.events ?? 0) > 0;
+  }
+
+  /** Whether it computes no turn and no command waits for it: a run sent now starts at once. */
+  idle(): boolean {
+    if (this.computing() !== undefined) return false;
+    for (const run of this.runs.values()) if (this.waitsBehindTurn(run.exec)) return false;
+    return true;
+  }
+
   /** Whether run `exec` has a command the VM side has not taken yet (it waits behind another run's turn). */
   waitsBehindTurn(exec: number): boolean {
     const run = this.runs.get(exec);
@@ -408,6 +447,7 @@ export class HostPeer {
         if (exec !== null && !this.runs.has(exec)) {
           throw new ProtocolError("the VM side said it computes a run it does not have");
         }
+        this.endBusy();
         this.busy = exec === null ? null : { exec, since: performance.now() };
         if (exec !== null) this.options.onBusy?.(this);
         return;
@@ -460,6 +500,14 @@ export class HostPeer {
         break;
     }
     if (!run.abandoned) run.onEvent(event);
+  }
+
+  /** The long turn the VM side said it computes has ended: its run computed that long. */
+  private endBusy(): void {
+    const busy = this.busy;
+    if (busy === null) return;
+    const run = this.runs.get(busy.exec);
+    if (run) run.computedMs += performance.now() - busy.since + LONG_TURN_MS;
   }
 
   /** Forgets a run whose `done` came (or that was never sent), freeing its slot. */

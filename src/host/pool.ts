@@ -4,12 +4,14 @@
  * - New work never goes to a VM side that computes a long turn. When every one does (or is full), the pool grows, up
  *   to `maxSize`, and extra VM sides are closed again once idle.
  * - A run that waits behind another run's long turn (its start, or a call's answer, not taken yet) moves to another VM
- *   side: it is rebuilt there from its journal (journal.ts), none of its calls made again.
+ *   side once it has waited as long as the move costs (what it computed so far, which its rebuild computes again), at
+ *   most MAX_MOVES_PER_RUN times: it is rebuilt there from its journal (journal.ts), none of its calls made again.
  * - A VM side that is killed (a run that did not stop in time, a protocol break) takes only that run: the others are
  *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead, saying
  *   which limit its journal passed.
- * - Every run holds its memory limit from the host's guest-memory budget while its VM runs; one that does not fit
- *   waits (its deadline still counting).
+ * - Every run holds its memory limit from the host's guest-memory budget while its VM runs, and so does the copy a
+ *   move leaves behind until it ends; a run that does not fit waits (its deadline still counting), and a move that
+ *   does not fit waits first.
  * - Once every VM side computes a long turn, a spare starts before new work arrives (booting one takes longer than
  *   most executions), and a sandbox that was warmed warms the spare too.
  */
@@ -33,7 +35,10 @@ import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
 import { type GoneCause, type HostChannel, HostPeer } from "./peer.ts";
 
-/** How long a turn may compute before the VM side counts as stuck: no new work, and waiting runs move away. */
+/**
+ * How long a turn may compute before the VM side counts as stuck: no new work, and runs that wait behind it may move
+ * away (see PeerPool.worthMoving).
+ */
 export const STUCK_AFTER_MS = 5;
 /**
  * How long a turn may compute before new work prefers another VM side. A short turn (most are tens of microseconds)
@@ -79,6 +84,12 @@ export function tooLargeAnswer(what: string, refused: string): CallOutcome {
  * it, it fails: a run that crashes every VM side it meets must not go on doing so.
  */
 export const MAX_CRASHES_PER_RUN = 2;
+
+/**
+ * Times one run moves away from another's long turn at most (rebuilds after a lost VM side aside): past it, it waits
+ * where it is. Each move waits first as long as the move costs, so that moving never costs more than waiting would.
+ */
+export const MAX_MOVES_PER_RUN = 3;
 
 export interface PeerPoolOptions {
   /** Opens the channel to a new VM side (starts a worker thread, a child process, a transport). */
@@ -178,6 +189,10 @@ interface PoolRun {
   crashes: number;
   /** A snapshot was asked for and has not come: asked again of the VM side a move takes it to. */
   capturing: boolean;
+  /** Times it moved away from another run's long turn (see MAX_MOVES_PER_RUN). */
+  moves: number;
+  /** Since when it waits behind other runs' turns, as the pool saw it, and for which command (its count sent). */
+  behind: { sent: number; since: number } | undefined;
 }
 
 export class PeerPool implements Launcher {
@@ -195,6 +210,8 @@ export class PeerPool implements Launcher {
   private readonly stopGraceMs: number;
   private readonly unlisten: () => void;
   private readonly counts = { peak: 0, lost: 0, moved: 0 };
+  /** A move waits for memory from the budget: new runs wait behind it (see checkStuck). */
+  private moveWaits = false;
 
   constructor(private readonly options: PeerPoolOptions) {
     const { size, maxSize } = options;
@@ -308,6 +325,8 @@ export class PeerPool implements Launcher {
       done: false,
       crashes: 0,
       capturing: false,
+      moves: 0,
+      behind: undefined,
     };
     const handle: LaunchedRun = {
       settle: (id, outcome, seq, now) => this.settle(run, id, outcome, seq, now),
@@ -340,10 +359,10 @@ export class PeerPool implements Launcher {
     while (this.waiting.length > 0 && !this.closed) {
       const run = this.waiting[0] as PoolRun;
       if (!run.reserved) {
-        if (!this.options.budget.tryReserve(run.request.memoryLimitBytes)) return;
+        if (this.moveWaits || !this.options.budget.tryReserve(run.request.memoryLimitBytes)) return;
         run.reserved = true;
       }
-      const peer = this.pick(undefined);
+      const peer = this.pick(undefined, run);
       if (!peer) {
         // Every VM side is full or stuck and the pool is at its largest: look again shortly.
         this.scheduleCheck();
@@ -355,15 +374,21 @@ export class PeerPool implements Launcher {
   }
 
   /**
-   * The VM side for new work (or a run that moves): a booted one with room that does not compute a long turn,
-   * preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the fewest runs. When there is none,
-   * the pool grows (one VM side at a time, up to its largest) and the work waits in the pool until one is free,
+   * The VM side for `run` (new, or moving away from `except`): a booted one with room that does not compute a long turn,
+   * preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the
+   * fewest runs; for a move, only an idle one (a move to a VM side with work queued trades one wait for another, and
+   * runs that moved together would wait behind each other), or one with fewer runs queued (see below). When there is
+   * none, the pool grows (one VM side at a time, up to its largest) and the run waits in the pool until one is free,
    * rather than behind a long turn or a boot it may not need.
    */
-  private pick(except: HostPeer | undefined): HostPeer | undefined {
+  private pick(except: HostPeer | undefined, run: PoolRun): HostPeer | undefined {
     let best: HostPeer | undefined;
     let bestScore = Number.POSITIVE_INFINITY;
     let booting = false;
+    // A run that has not begun where it waits may also move to a VM side with fewer such runs queued than the one it
+    // leaves (even after it moved): a burst that landed on one VM side spreads over the others as they come up, and
+    // no run moves back and forth.
+    const queuedFrom = except !== undefined && !except.heardFrom(run.exec) ? except.unstarted() : 0;
     for (const peer of this.peers) {
       if (peer.dead) continue;
       if (!peer.booted) {
@@ -371,6 +396,7 @@ export class PeerPool implements Launcher {
         continue;
       }
       if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS)) continue;
+      if (except !== undefined && !peer.idle() && peer.unstarted() + 2 > queuedFrom) continue;
       const score = (this.longTurn(peer, BUSY_AFTER_MS) ? 1e6 : 0) + peer.runs.size;
       if (score < bestScore) {
         best = peer;
@@ -378,7 +404,10 @@ export class PeerPool implements Launcher {
       }
     }
     if (best) return best;
-    if (!booting && this.peerCount < this.options.maxSize) this.spawn();
+    // A move waits for the spare the pool starts once every VM side computes long (watchSpare), so that runs that
+    // would wait behind others' turns for less than a boot start none; a lazy pool starts VM sides only for work.
+    const starts = except === undefined || this.options.lazy === true;
+    if (starts && !booting && this.peerCount < this.options.maxSize) this.spawn();
     return undefined;
   }
 
@@ -562,12 +591,14 @@ export class PeerPool implements Launcher {
   }
 
   /**
-   * Moves runs that wait behind a long turn to other VM sides, and ends a run whose one turn computed past its whole
-   * CPU limit (a built-in the VM cannot interrupt); looks again while either may still happen.
+   * Moves runs that wait behind a long turn to other VM sides (see worthMoving), and ends a run whose one turn computed
+   * past its whole CPU limit (a built-in the VM cannot interrupt); looks again while either may still happen. A move
+   * that finds no memory in the budget keeps new runs from taking it until the next look.
    */
   private checkStuck(): void {
     if (this.closed) return;
     let again = false;
+    this.moveWaits = false;
     for (const peer of [...this.peers]) {
       if (peer.dead) continue;
       const computing = peer.computing();
@@ -578,12 +609,19 @@ export class PeerPool implements Launcher {
         else again = true;
       }
       for (const entry of [...peer.runs.values()]) {
-        if (entry.exec === computing?.exec || !peer.waitsBehindTurn(entry.exec)) continue;
         const run = this.byExec.get(entry.exec);
         if (!run || run.done || run.stopped) continue;
-        // Its command is not taken yet: look again until it is, and move it once the turn ahead of it runs long.
+        if (entry.exec === computing?.exec || !peer.waitsBehindTurn(entry.exec)) {
+          run.behind = undefined;
+          continue;
+        }
+        // Its command is not taken yet: look again until it is, and move it once the turns ahead of it run long.
         again = true;
-        if (this.longTurn(peer, STUCK_AFTER_MS) && run.journal) this.move(run, peer);
+        const now = performance.now();
+        if (run.behind?.sent !== entry.sent) run.behind = { sent: entry.sent, since: now };
+        if (this.longTurn(peer, STUCK_AFTER_MS) && this.worthMoving(run, peer, now - run.behind.since)) {
+          this.move(run, peer);
+        }
       }
     }
     this.pump();
@@ -605,23 +643,40 @@ export class PeerPool implements Launcher {
     run.onEvent({ type: "done", exec, result: runFailure("cpu_limit", "timeout", message, CPU_LIMIT_ERROR) });
   }
 
-  /** Rebuilds a run on another VM side from its journal; false when there is none to take it. */
-  private move(run: PoolRun, from: HostPeer): boolean {
-    const target = this.pick(from);
-    if (!target) return false;
-    if (!from.dead) {
-      // The copy left behind holds VM memory until it ends: it counts against the budget as well (new work may wait).
-      const bytes = run.request.memoryLimitBytes;
-      this.options.budget.hold(bytes);
-      const deadline = run.request.deadline;
-      const untilDeadline = deadline === null ? 0 : Math.max(0, deadline - Date.now());
-      from.abandon(run.exec, () => this.options.budget.release(bytes), untilDeadline);
+  /**
+   * Whether a run that has waited `waitedMs` behind other runs' turns (one of them long now) moves: it can (it has a
+   * journal and moves left), and it has waited as long as its move costs, the time it computed so far, which its
+   * rebuild computes again. Waiting up to the cost of the alternative, then taking it, costs at most twice the better
+   * of the two (ski rental), whatever the turns ahead do; a run that has computed nothing moves once it has waited
+   * STUCK_AFTER_MS.
+   */
+  private worthMoving(run: PoolRun, peer: HostPeer, waitedMs: number): boolean {
+    if (run.journal === undefined || run.moves >= MAX_MOVES_PER_RUN) return false;
+    return waitedMs >= STUCK_AFTER_MS + peer.computedBy(run.exec);
+  }
+
+  /**
+   * Rebuilds a run on another VM side from its journal, if one takes it and the budget has memory for the new copy
+   * beside the one left behind (which holds the run's memory until it ends). A move that finds no memory waits for it
+   * before new runs (see checkStuck).
+   */
+  private move(run: PoolRun, from: HostPeer): void {
+    const target = this.pick(from, run);
+    if (!target) return;
+    const budget = this.options.budget;
+    const bytes = run.request.memoryLimitBytes;
+    if (!budget.tryReserve(bytes)) {
+      this.moveWaits = true;
+      return;
     }
+    const deadline = run.request.deadline;
+    const untilDeadline = deadline === null ? 0 : Math.max(0, deadline - Date.now());
+    from.abandon(run.exec, () => budget.release(bytes), untilDeadline);
     this.byExec.delete(run.exec);
     run.replay = new Replay(run.journal as Journal);
+    run.moves++;
     this.counts.moved++;
     this.place(run, target);
-    return true;
   }
 
   private onGone(peer: HostPeer, reason: string, cause: GoneCause): void {
@@ -656,7 +711,7 @@ export class PeerPool implements Launcher {
         // Rebuilt elsewhere; if no VM side can take it now, it waits for one.
         run.replay = new Replay(run.journal);
         this.counts.moved++;
-        const target = this.pick(undefined);
+        const target = this.pick(undefined, run);
         if (target) this.place(run, target);
         else this.waiting.unshift(run);
         continue;
