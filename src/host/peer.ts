@@ -89,6 +89,11 @@ export interface PeerOptions {
   onRetire?(peer: HostPeer): void;
   /** The VM side says a turn has computed for long (message-based peers; shared ones are read, not told). */
   onBusy?(peer: HostPeer): void;
+  /**
+   * Whether the VM side must not be killed although run `exec` did not stop in time: it holds another run that cannot
+   * be rebuilt elsewhere. The stopped run is then waited for, as a stop behind another run's turn is.
+   */
+  keeps?(peer: HostPeer, exec: number): boolean;
 }
 
 /**
@@ -302,7 +307,7 @@ export class HostPeer {
         const computing = this.computing();
         // Another run's turn, or the turn of a moved run's copy (which has a grace of its own).
         const another = computing !== undefined && computing.exec !== run.exec && this.runs.has(computing.exec);
-        if (another) this.armGrace(run, true);
+        if (another || this.options.keeps?.(this, run.exec)) this.armGrace(run, true);
         else if (late) this.armGrace(run, behindTurn);
         else if (behindTurn) this.armGrace(run);
         else this.kill(`the ${this.options.what} did not stop a run in time`, "unstopped");

@@ -7,8 +7,8 @@
  *   side once it has waited as long as the move costs (what it computed so far, which its rebuild computes again), at
  *   most MAX_MOVES_PER_RUN times: it is rebuilt there from its journal (journal.ts), none of its calls made again.
  * - A VM side that is killed (a run that did not stop in time, a protocol break) takes only that run: the others are
- *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead, saying
- *   which limit its journal passed.
+ *   rebuilt elsewhere the same way. A run whose journal nears its limits gets a VM side to itself (no other run is
+ *   placed beside it), and once it can no longer be rebuilt, its VM side is not killed for another run's sake.
  * - Every run holds its memory limit from the host's guest-memory budget while its VM runs, and so does the copy a
  *   move leaves behind until it ends; a run that does not fit waits (its deadline still counting), and a move that
  *   does not fit waits first.
@@ -193,6 +193,11 @@ interface PoolRun {
   moves: number;
   /** Since when it waits behind other runs' turns, as the pool saw it, and for which command (its count sent). */
   behind: { sent: number; since: number } | undefined;
+  /**
+   * It has a VM side to itself: its journal nears its limits (or it has none), and a run that cannot be rebuilt
+   * elsewhere must not sit beside one that may get their VM side killed.
+   */
+  alone: boolean;
 }
 
 export class PeerPool implements Launcher {
@@ -210,6 +215,8 @@ export class PeerPool implements Launcher {
   private readonly stopGraceMs: number;
   private readonly unlisten: () => void;
   private readonly counts = { peak: 0, lost: 0, moved: 0 };
+  /** VM sides kept for one run alone (see PoolRun.alone): no other run is placed there. */
+  private readonly kept = new Map<HostPeer, PoolRun>();
   /** A move waits for memory from the budget: new runs wait behind it (see checkStuck). */
   private moveWaits = false;
 
@@ -295,6 +302,10 @@ export class PeerPool implements Launcher {
       onGone: (p, reason, cause) => this.onGone(p, reason, cause),
       onRetire: (p) => this.onRetire(p),
       onBusy: () => this.checkStuck(),
+      keeps: (p, exec) => {
+        const run = this.kept.get(p);
+        return run !== undefined && run.exec !== exec && run.journal === undefined && !run.done;
+      },
     });
     this.peers.push(peer);
     this.counts.peak = Math.max(this.counts.peak, this.peerCount);
@@ -327,6 +338,7 @@ export class PeerPool implements Launcher {
       capturing: false,
       moves: 0,
       behind: undefined,
+      alone: !movable,
     };
     const handle: LaunchedRun = {
       settle: (id, outcome, seq, now) => this.settle(run, id, outcome, seq, now),
@@ -374,8 +386,8 @@ export class PeerPool implements Launcher {
   }
 
   /**
-   * The VM side for `run` (new, or moving away from `except`): a booted one with room that does not compute a long turn,
-   * preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the
+   * The VM side for `run` (new, or moving away from `except`): a booted one with room that does not compute a long turn
+   * and may hold it (see mayHold), preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the
    * fewest runs; for a move, only an idle one (a move to a VM side with work queued trades one wait for another, and
    * runs that moved together would wait behind each other), or one with fewer runs queued (see below). When there is
    * none, the pool grows (one VM side at a time, up to its largest) and the run waits in the pool until one is free,
@@ -395,7 +407,7 @@ export class PeerPool implements Launcher {
         booting = true;
         continue;
       }
-      if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS)) continue;
+      if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS) || !this.mayHold(peer, run)) continue;
       if (except !== undefined && !peer.idle() && peer.unstarted() + 2 > queuedFrom) continue;
       const score = (this.longTurn(peer, BUSY_AFTER_MS) ? 1e6 : 0) + peer.runs.size;
       if (score < bestScore) {
@@ -409,6 +421,11 @@ export class PeerPool implements Launcher {
     const starts = except === undefined || this.options.lazy === true;
     if (starts && !booting && this.peerCount < this.options.maxSize) this.spawn();
     return undefined;
+  }
+
+  /** Whether `run` may go to the VM side: a run that is to be alone only to one that holds nothing. */
+  private mayHold(peer: HostPeer, run: PoolRun): boolean {
+    return run.alone ? peer.runs.size === 0 : !this.kept.has(peer);
   }
 
   /** Whether a booted VM side has room and does not compute a run's turn of `longMs` or more. */
@@ -450,6 +467,7 @@ export class PeerPool implements Launcher {
 
   private place(run: PoolRun, peer: HostPeer): void {
     const exec = ++this.lastExec;
+    if (run.alone) this.keepFor(run, peer);
     run.peer = peer;
     run.exec = exec;
     this.byExec.set(exec, run);
@@ -533,11 +551,27 @@ export class PeerPool implements Launcher {
     run.onEvent(event);
   }
 
-  /** A journal that could not keep everything is let go: the run stays where it is, and says why if it must fail. */
+  /**
+   * A journal that nears its limits gets its run a VM side to itself: the one it is on, where no other run goes from
+   * now on (those there already end or move away). One that could not keep everything is let go: the run stays where
+   * it is, and says why if it must fail.
+   */
   private checkJournal(run: PoolRun): void {
-    if (!run.journal?.lost) return;
-    run.unmovable = run.journal.lostBecause;
-    run.journal = undefined;
+    const journal = run.journal;
+    if (journal === undefined) return;
+    if (journal.lost) {
+      run.unmovable = journal.lostBecause;
+      run.journal = undefined;
+    } else if (!journal.nearLimits) return;
+    if (run.alone) return;
+    run.alone = true;
+    if (run.peer) this.keepFor(run, run.peer);
+  }
+
+  /** Keeps `peer` for `run` alone (see PoolRun.alone), instead of the VM side it had. */
+  private keepFor(run: PoolRun, peer: HostPeer): void {
+    if (run.peer && this.kept.get(run.peer) === run) this.kept.delete(run.peer);
+    this.kept.set(peer, run);
   }
 
   /** A rebuilt run went another way than its first attempt (it read something that changed): it fails, not acts. */
@@ -561,6 +595,7 @@ export class PeerPool implements Launcher {
   private finish(run: PoolRun): void {
     if (run.done) return;
     run.done = true;
+    if (run.alone) for (const [peer, kept] of this.kept) if (kept === run) this.kept.delete(peer);
     run.journal = undefined;
     run.replay = undefined;
     if (run.reserved) {
@@ -682,6 +717,7 @@ export class PeerPool implements Launcher {
   private onGone(peer: HostPeer, reason: string, cause: GoneCause): void {
     const index = this.peers.indexOf(peer);
     if (index >= 0) this.peers.splice(index, 1);
+    this.kept.delete(peer);
     this.cancelIdle(peer);
     if (peer.runs.size > 0 && !this.closed) this.counts.lost++;
     // A VM side that ended by itself may have been ended by the run it computed (if it said which): that one fails
