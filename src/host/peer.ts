@@ -96,6 +96,9 @@ export interface PeerOptions {
   keeps?(peer: HostPeer, exec: number): boolean;
 }
 
+/** The caller of a run that belongs to none (the pool's warm-up runs): it may sit beside anyone's. */
+export const NO_CALLER: unique symbol = Symbol("no caller");
+
 /**
  * What ended a VM side: `broken`, it broke the protocol (nothing it ran can be trusted); `unstopped`, a stopped run did
  * not end within its grace (that run is the culprit); `exited`, it ended by itself (crashed, or was killed from
@@ -111,6 +114,8 @@ export interface PeerRun {
   deterministic: boolean;
   program: boolean;
   journal: boolean;
+  /** Whose run it is (see HostPeer.launch). */
+  caller: unknown;
   /**
    * Message-based VM sides: the time its turns computed that the VM side said were long (`busy`), plus LONG_TURN_MS
    * each; shorter turns go unseen.
@@ -150,6 +155,9 @@ export class HostPeer {
   private busy: { exec: number; since: number } | null = null;
   /** The turn whose thread CPU time `computedMs` follows: its count, the CPU time when first seen, and the last read. */
   private longTurnSeen: { count: number; cpuAtFirst: number; cpuMs: number; readAt: number } | undefined;
+  /** The caller whose runs it holds, while `callerRuns` > 0 (runs of NO_CALLER are not counted). */
+  private caller: unknown;
+  private callerRuns = 0;
   private readonly slots: number[] = [];
   private readonly slotRuns = new IdMap<number>();
   /** The highest run id sent: a message for a higher one (or 0) is a protocol break, a lower unknown one is late. */
@@ -189,8 +197,22 @@ export class HostPeer {
 
   // ---- runs ----
 
-  /** Sends a run; false when the channel refused its request (too large to carry): nothing was sent. */
-  launch(request: UnplacedRequest, how: Seeding, exec: number, onEvent: (event: VmEvent) => void): string | true {
+  /** Whether it may take a run of `caller`: it holds no run of another caller (NO_CALLER's aside). */
+  takesCaller(caller: unknown): boolean {
+    return caller === NO_CALLER || this.callerRuns === 0 || Object.is(this.caller, caller);
+  }
+
+  /**
+   * Sends a run of `caller` (any value; NO_CALLER for none); false when the channel refused its request (too large to
+   * carry): nothing was sent.
+   */
+  launch(
+    request: UnplacedRequest,
+    how: Seeding,
+    exec: number,
+    onEvent: (event: VmEvent) => void,
+    caller: unknown = NO_CALLER,
+  ): string | true {
     const slot = this.slots.pop();
     if (slot === undefined) throw new Error("launch(): the VM side has no free slot");
     const shared = this.channel.shared;
@@ -199,9 +221,14 @@ export class HostPeer {
       Atomics.store(shared.handled, slot, 0);
       Atomics.store(shared.computed, slot, 0);
     }
+    if (caller !== NO_CALLER) {
+      this.caller = caller;
+      this.callerRuns++;
+    }
     const run: PeerRun = {
       exec,
       slot,
+      caller,
       computedMs: 0,
       onEvent,
       deterministic: request.deterministic !== null,
@@ -520,6 +547,7 @@ export class HostPeer {
     this.runs.delete(run.exec);
     this.slotRuns.delete(run.slot);
     this.slots.push(run.slot);
+    if (run.caller !== NO_CALLER) this.callerRuns--;
     if (this.busy?.exec === run.exec) this.busy = null;
     if (run.stopTimer) clearTimeout(run.stopTimer);
     ended(run);

@@ -12,6 +12,7 @@
  * - Every run holds its memory limit from the host's guest-memory budget while its VM runs, and so does the copy a
  *   move leaves behind until it ends; a run that does not fit waits (its deadline still counting), and a move that
  *   does not fit waits first.
+ * - With `separateCallers`, a VM side holds the runs of one caller at a time.
  * - Once every VM side computes a long turn, a spare starts before new work arrives (booting one takes longer than
  *   most executions), and a sandbox that was warmed warms the spare too.
  */
@@ -33,7 +34,7 @@ import { runFailure } from "../engine/run.ts";
 import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
-import { type GoneCause, type HostChannel, HostPeer } from "./peer.ts";
+import { type GoneCause, type HostChannel, HostPeer, NO_CALLER } from "./peer.ts";
 
 /**
  * How long a turn may compute before the VM side counts as stuck: no new work, and runs that wait behind it may move
@@ -113,6 +114,8 @@ export interface PeerPoolOptions {
   lazy?: boolean;
   /** Warm-up runs of each new VM side; default WARM_RUNS. */
   warmRuns?: number;
+  /** A VM side holds the runs of one caller at a time (see Launcher.launch). */
+  separateCallers?: boolean;
 }
 
 /**
@@ -189,6 +192,8 @@ interface PoolRun {
   crashes: number;
   /** A snapshot was asked for and has not come: asked again of the VM side a move takes it to. */
   capturing: boolean;
+  /** Whose run it is (NO_CALLER in a pool that does not keep callers apart). */
+  caller: unknown;
   /** Times it moved away from another run's long turn (see MAX_MOVES_PER_RUN). */
   moves: number;
   /** Since when it waits behind other runs' turns, as the pool saw it, and for which command (its count sent). */
@@ -320,7 +325,7 @@ export class PeerPool implements Launcher {
     return peer;
   }
 
-  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void, caller?: unknown): LaunchedRun {
     const movable = this.options.movable ?? true;
     const run: PoolRun = {
       request,
@@ -336,6 +341,7 @@ export class PeerPool implements Launcher {
       done: false,
       crashes: 0,
       capturing: false,
+      caller: this.options.separateCallers ? caller : NO_CALLER,
       moves: 0,
       behind: undefined,
       alone: !movable,
@@ -423,9 +429,13 @@ export class PeerPool implements Launcher {
     return undefined;
   }
 
-  /** Whether `run` may go to the VM side: a run that is to be alone only to one that holds nothing. */
+  /**
+   * Whether `run` may go to the VM side: a run that is to be alone only to one that holds nothing; any other to one
+   * that is not kept for a run alone and holds no other caller's runs.
+   */
   private mayHold(peer: HostPeer, run: PoolRun): boolean {
-    return run.alone ? peer.runs.size === 0 : !this.kept.has(peer);
+    if (run.alone) return peer.runs.size === 0;
+    return !this.kept.has(peer) && peer.takesCaller(run.caller);
   }
 
   /** Whether a booted VM side has room and does not compute a run's turn of `longMs` or more. */
@@ -475,7 +485,7 @@ export class PeerPool implements Launcher {
     this.watchSpare();
     const { random, journal } = run.seeding;
     const seeding = run.replay ? { random, journal, replayClock: [...(run.journal as Journal).clock] } : run.seeding;
-    const sent = peer.launch(run.request, seeding, exec, (event) => this.onEvent(run, exec, event));
+    const sent = peer.launch(run.request, seeding, exec, (event) => this.onEvent(run, exec, event), run.caller);
     if (sent !== true) {
       this.byExec.delete(exec);
       run.peer = undefined;
