@@ -1,10 +1,11 @@
 /**
  * A soak of hostile executions among ordinary ones in every pooled launcher (worker pool, process tier under
- * bubblewrap and gVisor), at 16 and then 64 in flight, twice: spinners, loops of slow built-ins the engine pre-empts,
- * a loop of bulk copies that no tick reaches (its VM side is killed, its neighbours rebuilt elsewhere), memory bombs,
- * floods of unawaited calls with large arguments, calls past maxToolCalls, aborts of executions parked on a tool,
- * under a guest-memory budget that fits 16 runs. Every execution ends as its kind says; afterwards the pool is back
- * to its size, the process holds the handles and child processes it held before, and RSS is back near its level.
+ * bubblewrap and gVisor, plain child processes), at 16 and then 64 in flight, twice: spinners, loops of slow built-ins
+ * the engine pre-empts, a loop of bulk copies that no tick reaches (its VM side is killed, its neighbours rebuilt
+ * elsewhere), memory bombs, floods of unawaited calls with large arguments, calls past maxToolCalls, aborts of
+ * executions parked on a tool, memory-heavy executions that wait on a slow tool, under a guest-memory budget that
+ * fits 16 runs. Every execution ends as its kind says; afterwards the pool is back to its size, the process holds the
+ * handles and child processes it held before, and RSS is back near its level.
  */
 import type { CodemodeTool } from "airlock-codemode";
 import { describe, expect, it } from "vitest";
@@ -70,6 +71,14 @@ const kinds: Kind[] = [
   },
   { name: "return", code: "return [1, 2, 3].map((x) => x * 2).length", expect: { ok: true, value: 3 } },
   {
+    // Memory-heavy beside the others: it fills most of its limit page by page (a long turn the host sees), then
+    // waits on a slow tool. Moves must not repeat its fill for nothing, nor hold its memory twice past the budget.
+    name: "fill, then a slow tool",
+    code: `const a = new Uint8Array(24 << 20); for (let i = 0; i < a.length; i += 4096) a[i] = 1;
+      await tools.slow(); return a.length`,
+    expect: { ok: true, value: 24 << 20 },
+  },
+  {
     // Bulk copies, which no loop tick reaches and which poll the interrupt rarely: its VM side is killed.
     name: "bulk-copy loop",
     code: "const t = new Uint8Array(8 << 20), u = new Uint8Array(8 << 20); for (;;) t.set(u);",
@@ -94,6 +103,7 @@ describe.each(pooledLaunchers)("$name pool under a soak of hostile and ordinary 
     const tools: CodemodeTool[] = [
       { name: "add", execute: async (args) => (args as { a: number; b: number }).a + (args as { b: number }).b },
       { name: "sink", execute: async (args) => (typeof args === "string" ? args.length : 0) },
+      { name: "slow", execute: () => new Promise((resolve) => setTimeout(() => resolve(true), 300)) },
       {
         name: "wait",
         execute: (_args, { signal }) => {

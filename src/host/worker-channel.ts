@@ -1,8 +1,8 @@
 /**
  * The channel to a VM side on a worker thread of this process: batches posted through the worker's port, plus two
  * shared-memory lanes that skip the posting on the hot path (lane.ts: answers to a worker that waits on them;
- * event-lane.ts: the worker's next events to a host that polls for them), plus the stop flags, handled counts and
- * turn word the worker shares with the host.
+ * event-lane.ts: the worker's next events to a host that polls for them), plus the stop flags, handled counts,
+ * computed times and turn word the worker shares with the host.
  */
 import { Worker, type WorkerOptions } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
@@ -29,6 +29,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
   const shared: SharedState = {
     stopFlags: new Int32Array(new SharedArrayBuffer(slots * 4)),
     handled: new Int32Array(new SharedArrayBuffer(slots * 4)),
+    computed: new Int32Array(new SharedArrayBuffer(slots * 4)),
     turn,
     turnEpochMs: Date.now(),
     // The worker writes its thread's id once it runs.
@@ -43,6 +44,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     module: options.module,
     stopFlags: shared.stopFlags,
     handled: shared.handled,
+    computed: shared.computed,
     turn: shared.turn,
     turnEpochMs: shared.turnEpochMs,
     lane: laneBuffer,

@@ -14,6 +14,7 @@ export interface WorkerData {
   module: WebAssembly.Module;
   stopFlags: Int32Array;
   handled: Int32Array;
+  computed: Int32Array;
   turn: Int32Array;
   turnEpochMs: number;
   /** See lane.ts. */
@@ -53,6 +54,7 @@ if (!isMainThread && parentPort) {
       maxVms: data.maxVms,
       stopFlags: data.stopFlags,
       handled: data.handled,
+      computed: data.computed,
       turn: data.turn,
       turnEpochMs: data.turnEpochMs,
     },
