@@ -29,6 +29,7 @@ export {
   STUCK_AFTER_MS,
   WARM_RUNS,
 } from "./host/pool.ts";
+export { TYPESCRIPT_STRIP_TIMEOUT_MS } from "./host/typescript-thread.ts";
 export { MAX_POOL_SIZE_PER_CORE } from "./host/worker-pool.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export * from "./process/index.ts";

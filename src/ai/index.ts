@@ -5,11 +5,12 @@
 import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
 import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
+import { stripTypeScriptOnThread } from "../host/typescript-thread.ts";
 import { toCodemodeIdentifier } from "../identifier.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
-import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
+import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
 import type {
   CodemodeDeclaredTool,
   CodemodeError,
@@ -266,7 +267,7 @@ async function run(
   let maxOutputTokens: number | undefined;
   try {
     const parsed = parseCodemodeSource(code);
-    script = stripTypeScript(parsed.code);
+    script = await stripTypeScriptOnThread(parsed.code);
     timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
     maxOutputTokens = parsed.options.maxOutputTokens;
   } catch (error) {
