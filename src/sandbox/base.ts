@@ -101,6 +101,8 @@ interface RegistryView {
 
 export abstract class CodemodeSandboxBase {
   private readonly toolMap = new Map<string, CodemodeTool>();
+  /** The registered tools' names by identifier (`tools.<id>`), so that a new tool is checked at once. */
+  private readonly toolIds = new Map<string, string>();
   private readonly globalMap = new Map<string, CodemodeTool>();
   private view: RegistryView | undefined;
   /** Open executions by a number of their own (an IdMap: see id-map.ts), so that close() stops them. */
@@ -153,7 +155,7 @@ export abstract class CodemodeSandboxBase {
    * looked up on each call.
    */
   registerTool(tool: CodemodeTool): void {
-    checkNewTool(tool, [...this.toolMap.values()]);
+    this.toolIds.set(checkNewTool(tool, this.toolIds), tool.name);
     this.toolMap.set(tool.name, tool);
     this.view = undefined;
   }
@@ -161,6 +163,9 @@ export abstract class CodemodeSandboxBase {
   /** Removes a tool; running executions that call it get an error. Returns whether it was registered. */
   unregisterTool(name: string): boolean {
     this.view = undefined;
+    const tool = this.toolMap.get(name);
+    if (tool === undefined) return false;
+    this.toolIds.delete(toCodemodeIdentifier(tool.name));
     return this.toolMap.delete(name);
   }
 
@@ -499,20 +504,20 @@ function explained(result: CodemodeResult, code: string): CodemodeResult {
 }
 
 /**
- * Throws unless `tool` can join the `registered` tools: well-formed, with a name and a `tools.<name>` of its own.
- * Exported so that `airlock declarations` refuses the tool lists a sandbox refuses, with the same messages.
+ * Throws unless `tool` can join the `registered` tools (their names by identifier): well-formed, with a name and a
+ * `tools.<name>` of its own; returns its identifier. Exported so that `airlock declarations` refuses the tool lists a
+ * sandbox refuses, with the same messages.
  */
-export function checkNewTool(tool: CodemodeTool, registered: readonly CodemodeTool[]): void {
+export function checkNewTool(tool: CodemodeTool, registered: ReadonlyMap<string, string>): string {
   checkTool(tool, "tool");
-  if (registered.some((other) => other.name === tool.name)) {
-    throw new Error(`a tool named "${tool.name}" is already registered`);
-  }
+  // A name has one identifier, so a name registered already is found under the new tool's.
   const id = toCodemodeIdentifier(tool.name);
-  for (const other of registered) {
-    if (toCodemodeIdentifier(other.name) === id) {
-      throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
-    }
+  const other = registered.get(id);
+  if (other === tool.name) throw new Error(`a tool named "${tool.name}" is already registered`);
+  if (other !== undefined) {
+    throw new Error(`tools "${other}" and "${tool.name}" would both be tools.${id}; rename one of them`);
   }
+  return id;
 }
 
 /** Throws unless `tools` and `globals`, where given, are arrays (a sandbox's own, or a deterministic run's). */
