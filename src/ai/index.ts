@@ -159,7 +159,13 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
       if (result.ok || failedRuns === "result") return result;
       throw new CodeToolError(errorText(result), result);
     },
-    toModelOutput: ({ output }) => toModelOutput(output),
+    // AI SDK 5 passes the tool's output itself; 6 and 7 pass { toolCallId, input, output }.
+    toModelOutput: (options) => {
+      const given: unknown = options;
+      return isCodeToolResult(given)
+        ? toModelOutput(given, "media")
+        : toModelOutput((given as { output: CodeToolResult }).output, "image-data");
+    },
   });
   return Object.assign(codeTool, {
     declarations,
@@ -429,7 +435,16 @@ function errorText(result: Extract<CodeToolResult, { ok: false }>): string {
   return `${head}\nOutput before the error:\n${printed.join("\n")}`;
 }
 
-function toModelOutput(output: CodeToolResult): ToolResultOutput {
+function isCodeToolResult(value: unknown): value is CodeToolResult {
+  const { ok, output } = value as Partial<CodeToolResult>;
+  return typeof ok === "boolean" && Array.isArray(output);
+}
+
+/**
+ * The result as the model reads it. Images are `image-data` parts in AI SDK 6 and 7, `media` parts in AI SDK 5 (whose
+ * tool result output has no `image-data`).
+ */
+function toModelOutput(output: CodeToolResult, imagePart: "image-data" | "media"): ToolResultOutput {
   const value: Extract<ToolResultOutput, { type: "content" }>["value"] = [];
   let lines: string[] = [];
   const flush = () => {
@@ -443,7 +458,7 @@ function toModelOutput(output: CodeToolResult): ToolResultOutput {
   for (const item of output.output) {
     if (item.type === "image") {
       flush();
-      value.push({ type: "image-data", data: item.data, mediaType: item.mimeType });
+      value.push({ type: imagePart as "image-data", data: item.data, mediaType: item.mimeType });
     } else lines.push(item.text);
   }
   flush();
