@@ -49,10 +49,10 @@ beforeAll(() => {
 });
 afterAll(() => folder?.cleanup());
 
-/** A gateway in front of one catalog server listing `tools`, and a connected client. */
-async function gatewayFor(tools: unknown[]) {
+/** A gateway in front of one catalog server listing `tools` (and resource templates), and a connected client. */
+async function gatewayFor(tools: unknown[], resourceTemplates?: unknown[]) {
   const file = join(folder.dir, `catalog-${tools.length}-${Date.now()}.json`);
-  writeFileSync(file, JSON.stringify({ tools }));
+  writeFileSync(file, JSON.stringify({ tools, resourceTemplates }));
   const started = Date.now();
   const gateway = await McpGateway.start(
     { mcpServers: { big: { command: process.execPath, args: [CATALOG_SERVER, file] } } },
@@ -148,6 +148,37 @@ describe("an upstream with 10,000 tools", () => {
       expect(textOf(await call("search", { query: "record 9876" }))).toContain("big__tool_9876");
       const run = await call("execute", { code: 'return await tools.big__tool_9999({ id: "x" });' });
       expect(run.structuredContent).toMatchObject({ ok: true, value: { tool: "tool_9999", arguments: { id: "x" } } });
+    } finally {
+      await close();
+    }
+  });
+});
+
+describe("hostile resource templates", () => {
+  it("route a read in linear time, and the gateway goes on serving", async () => {
+    const { client, call, close } = await gatewayFor(
+      [tool("read_file", "Reads a file.")],
+      [
+        // As patterns, each tried every split of a URI that does not match: 2,000 characters took 7 s, 8,000 never ended.
+        { name: "three", uriTemplate: "{a}{b}{c}" },
+        { name: "separated", uriTemplate: "{a}x{b}x{c}x{d}" },
+        { name: "many", uriTemplate: `r://${"{a}x".repeat(120)}` },
+        { name: "files", uriTemplate: "repo://{owner}/{name}/contents{+path}" },
+      ],
+    );
+    try {
+      const started = Date.now();
+      expect((await client.listResourceTemplates()).resourceTemplates).toHaveLength(4);
+      for (const uri of [`${"x".repeat(8000)}/`, `r://${"x".repeat(8180)}/`]) {
+        await expect(client.readResource({ uri })).rejects.toMatchObject({ code: -32002 });
+      }
+      const read = await client.readResource({ uri: "repo://acme/widgets/contents/src/index.ts" });
+      expect(read.contents[0]).toMatchObject({ text: "read repo://acme/widgets/contents/src/index.ts" });
+      expect((await call("execute", { code: "return 40 + 2" })).structuredContent).toMatchObject({
+        ok: true,
+        value: 42,
+      });
+      expect(Date.now() - started).toBeLessThan(20_000);
     } finally {
       await close();
     }

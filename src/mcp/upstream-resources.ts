@@ -13,6 +13,7 @@ import {
   type Resource,
   type ResourceTemplate,
 } from "@modelcontextprotocol/sdk/types.js";
+import { MAX_RESOURCE_URI_CHARS } from "./limits.ts";
 import { MCP_TOOL_SEPARATOR } from "./names.ts";
 import type { McpToolset } from "./toolset.ts";
 import type { McpUpstream } from "./upstream.ts";
@@ -28,7 +29,7 @@ interface PromptRoute {
 
 export class UpstreamResources {
   private readonly uris = new Map<string, string>();
-  private templates: { server: string; pattern: RegExp }[] = [];
+  private templates: { server: string; pattern: TemplatePattern }[] = [];
   private readonly prompts = new Map<string, PromptRoute>();
 
   constructor(private readonly toolset: McpToolset) {}
@@ -68,7 +69,7 @@ export class UpstreamResources {
       this.serving("resources").map(async (u) => [u, await u.listResourceTemplates()] as const),
     );
     const out: ResourceTemplate[] = [];
-    const templates: { server: string; pattern: RegExp }[] = [];
+    const templates: { server: string; pattern: TemplatePattern }[] = [];
     for (const result of listed) {
       if (result.status === "rejected") continue;
       const [upstream, list] = result.value;
@@ -171,33 +172,77 @@ function unknownServer(server: string, toolset: McpToolset): never {
   );
 }
 
-/** Most characters of a URI template turned into a pattern: a longer one is not matched. */
-const MAX_TEMPLATE_CHARS = 2000;
+/** Most characters of a URI template that is matched: a longer one is not (real templates are under 200). */
+const MAX_TEMPLATE_CHARS = 512;
+
+/** A URI template's expansions, as a sequence of literal characters and variables. */
+export interface TemplatePattern {
+  /** Whether `uri` is one of the template's expansions. */
+  test(uri: string): boolean;
+}
+
+/** A variable: a run of characters without `/` (`{var}` and most operators), or of any characters (`{+var}`, `{#var}`). */
+const SEGMENT = -1;
+const ANY = -2;
 
 /**
- * A pattern matching the URIs an RFC 6570 template expands to: `{var}` one path segment (no `/`), `{+var}` and
- * `{#var}` anything, other operators a run of characters without `/`. Undefined for a template that is too long.
+ * The URIs an RFC 6570 template expands to: `{var}` one path segment (no `/`), `{+var}` and `{#var}` anything, other
+ * operators a run of characters without `/`. Undefined for a template that is too long. A URI is matched by following
+ * every way through the template at once, one character after the other (at most the template's length of ways,
+ * so at most MAX_RESOURCE_URI_CHARS x MAX_TEMPLATE_CHARS steps): as a regular expression, `{a}{b}{c}` tried every
+ * split of a URI that does not match, and 2,000 characters took 7 s.
  */
-export function templatePattern(template: string): RegExp | undefined {
+export function templatePattern(template: string): TemplatePattern | undefined {
   if (template.length > MAX_TEMPLATE_CHARS) return undefined;
-  let source = "";
+  // Each unit: a character code to match, or a variable; two variables in a row are one (ANY if either is).
+  const units: number[] = [];
   let rest = template;
   for (;;) {
     const open = rest.indexOf("{");
-    if (open === -1) {
-      source += escapeRegExp(rest);
-      break;
-    }
+    const literal = open === -1 ? rest : rest.slice(0, open);
+    for (let i = 0; i < literal.length; i++) units.push(literal.charCodeAt(i));
+    if (open === -1) break;
     const close = rest.indexOf("}", open);
     if (close === -1) return undefined;
-    source += escapeRegExp(rest.slice(0, open));
     const operator = rest[open + 1];
-    source += operator === "+" || operator === "#" ? ".*" : "[^/]*";
+    const variable = operator === "+" || operator === "#" ? ANY : SEGMENT;
+    const last = units.length - 1;
+    if (last >= 0 && (units[last] as number) < 0) units[last] = Math.min(units[last] as number, variable);
+    else units.push(variable);
     rest = rest.slice(close + 1);
   }
-  return new RegExp(`^${source}$`, "s");
+  return { test: (uri) => uri.length <= MAX_RESOURCE_URI_CHARS && matches(units, uri) };
 }
 
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+const SLASH = "/".charCodeAt(0);
+
+/** Whether `uri` is what `units` expand to: the set of units reached so far, advanced by each character. */
+function matches(units: readonly number[], uri: string): boolean {
+  const end = units.length;
+  // A state is how many units are matched. Each step moves the states of `from` (listed, and marked in `seen`) to
+  // `to`; a variable may match nothing, so reaching it reaches the unit after it too.
+  let from = { list: new Int32Array(end + 1), size: 0, seen: new Uint8Array(end + 1) };
+  let to = { list: new Int32Array(end + 1), size: 0, seen: new Uint8Array(end + 1) };
+  const reach = (set: typeof from, state: number) => {
+    for (let at = state; at <= end && set.seen[at] === 0; at++) {
+      set.seen[at] = 1;
+      set.list[set.size++] = at;
+      if (at === end || (units[at] as number) >= 0) break;
+    }
+  };
+  reach(from, 0);
+  for (let i = 0; i < uri.length && from.size > 0; i++) {
+    const code = uri.charCodeAt(i);
+    for (let k = 0; k < from.size; k++) {
+      const state = from.list[k] as number;
+      from.seen[state] = 0;
+      if (state === end) continue;
+      const unit = units[state] as number;
+      if (unit === code) reach(to, state + 1);
+      else if (unit === ANY || (unit === SEGMENT && code !== SLASH)) reach(to, state);
+    }
+    from.size = 0;
+    [from, to] = [to, from];
+  }
+  return from.seen[end] === 1;
 }
