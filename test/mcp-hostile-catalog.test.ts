@@ -92,6 +92,24 @@ describe("hostile tool descriptions", () => {
     expect(Date.now() - started).toBeLessThan(10_000);
   });
 
+  it("render a schema of 20,000 allOf members in linear time", () => {
+    // Merging one member at a time copied every property so far: 2,000 members took 1.3 s, 20,000 minutes.
+    const members = Array.from({ length: 20_000 }, (_, i) => ({
+      type: "object",
+      properties: { [`field_${i}`]: { type: "string" } },
+      required: [`field_${i}`],
+    }));
+    const catalog = [{ name: "wide", description: "Takes many fields.", inputSchema: { allOf: members } }];
+    const started = Date.now();
+    // Past the argument type's size budget, the object is declared by its shape alone.
+    expect(renderDeclarations({ tools: catalog })).toContain(
+      "wide(args: { [key: string]: unknown }): Promise<unknown>;",
+    );
+    expect(searchTools(catalog, "takes fields").map((result) => result.name)).toEqual(["wide"]);
+    expect(describeTool(catalog, "wide")).toContain("wide(args: {");
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it("leave the gateway listening, searching, describing and running programs", async () => {
     const catalog = Object.entries(HOSTILE_DESCRIPTIONS).map(([name, description]) => tool(name, description));
     catalog.push(tool("read_file", "Reads a file."));
