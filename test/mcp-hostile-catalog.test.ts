@@ -8,13 +8,11 @@
  */
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { describeTool, InlineCodemodeSandbox, renderDeclarations, searchTools } from "airlock-codemode";
-import { McpGateway } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempFolder } from "./fixtures/mcp/servers.ts";
+import { gatewayWithClients } from "./helpers/gateway-clients.ts";
 
 const CATALOG_SERVER = new URL("./fixtures/mcp/catalog-server.mjs", import.meta.url).pathname;
 
@@ -54,22 +52,16 @@ async function gatewayFor(tools: unknown[], resourceTemplates?: unknown[]) {
   const file = join(folder.dir, `catalog-${tools.length}-${Date.now()}.json`);
   writeFileSync(file, JSON.stringify({ tools, resourceTemplates }));
   const started = Date.now();
-  const gateway = await McpGateway.start(
+  const gateway = await gatewayWithClients(
     { mcpServers: { big: { command: process.execPath, args: [CATALOG_SERVER, file] } } },
     { poolSize: 1 },
   );
   const startMs = Date.now() - started;
-  const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
-  await gateway.createServer().connect(serverSide);
-  const client = new Client({ name: "catalog", version: "1.0.0" });
-  await client.connect(clientSide);
-  const call = async (name: string, args: Record<string, unknown>) =>
-    (await client.callTool({ name, arguments: args })) as CallToolResult;
-  const close = async () => {
-    await client.close();
-    await gateway.close();
-  };
-  return { gateway, client, call, startMs, close };
+  const { client, call } = await gateway.connect("catalog");
+  /** Another program still gets its answer. */
+  const servesPrograms = async () =>
+    expect((await call("execute", { code: "return 40 + 2" })).structuredContent).toMatchObject({ ok: true, value: 42 });
+  return { client, call, servesPrograms, startMs, close: gateway.close };
 }
 
 const textOf = (result: CallToolResult) =>
@@ -113,7 +105,7 @@ describe("hostile tool descriptions", () => {
   it("leave the gateway listening, searching, describing and running programs", async () => {
     const catalog = Object.entries(HOSTILE_DESCRIPTIONS).map(([name, description]) => tool(name, description));
     catalog.push(tool("read_file", "Reads a file."));
-    const { client, call, startMs, close } = await gatewayFor(catalog);
+    const { client, call, servesPrograms, startMs, close } = await gatewayFor(catalog);
     try {
       // The 30,000-letter description alone kept it from listening for 12-20 s.
       expect(startMs).toBeLessThan(20_000);
@@ -128,10 +120,7 @@ describe("hostile tool descriptions", () => {
         code: 'const found = await search("capitals"); const doc = await describe("big__spaces"); return [found.length, doc.includes("big__spaces(")];',
       });
       expect(found.structuredContent).toMatchObject({ ok: true, value: [1, true] });
-      expect((await call("execute", { code: "return 40 + 2" })).structuredContent).toMatchObject({
-        ok: true,
-        value: 42,
-      });
+      await servesPrograms();
       expect(Date.now() - started).toBeLessThan(20_000);
     } finally {
       await close();
@@ -174,7 +163,7 @@ describe("an upstream with 10,000 tools", () => {
 
 describe("hostile resource templates", () => {
   it("route a read in linear time, and the gateway goes on serving", async () => {
-    const { client, call, close } = await gatewayFor(
+    const { client, servesPrograms, close } = await gatewayFor(
       [tool("read_file", "Reads a file.")],
       [
         // As patterns, each tried every split of a URI that does not match: 2,000 characters took 7 s, 8,000 never ended.
@@ -192,10 +181,7 @@ describe("hostile resource templates", () => {
       }
       const read = await client.readResource({ uri: "repo://acme/widgets/contents/src/index.ts" });
       expect(read.contents[0]).toMatchObject({ text: "read repo://acme/widgets/contents/src/index.ts" });
-      expect((await call("execute", { code: "return 40 + 2" })).structuredContent).toMatchObject({
-        ok: true,
-        value: 42,
-      });
+      await servesPrograms();
       expect(Date.now() - started).toBeLessThan(20_000);
     } finally {
       await close();

@@ -4,16 +4,14 @@
  * 200,000 letters froze the gateway's thread for about 30 minutes, and the AI SDK tool's host thread alike.
  */
 import { readFileSync } from "node:fs";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { InlineCodemodeSandbox } from "airlock-codemode";
 import { createCodeTool } from "airlock-codemode/ai";
-import { countTokens, cutToTokens, McpGateway } from "airlock-codemode/mcp";
+import { countTokens, cutToTokens } from "airlock-codemode/mcp";
 import { Tiktoken } from "js-tiktoken/lite";
 import o200k from "js-tiktoken/ranks/o200k_base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { paged, REPO_ROOT } from "./fixtures/mcp/servers.ts";
+import { gatewayWithClients } from "./helpers/gateway-clients.ts";
 
 /** A text of `length` characters drawn at random (seeded) from `alphabet`. */
 function randomText(length: number, alphabet: string, seed: number): string {
@@ -88,33 +86,20 @@ describe("token counts", () => {
 });
 
 describe("the MCP gateway", () => {
-  let gateway: McpGateway;
-  const clients: Client[] = [];
+  let gateway: Awaited<ReturnType<typeof gatewayWithClients>>;
 
   beforeAll(async () => {
-    gateway = await McpGateway.start({ mcpServers: { steady: paged("--tools", "2") } }, { poolSize: 2 });
+    gateway = await gatewayWithClients({ mcpServers: { steady: paged("--tools", "2") } }, { poolSize: 2 });
   });
 
-  afterAll(async () => {
-    for (const client of clients) await client.close();
-    await gateway?.close();
-  });
-
-  async function connect(name: string) {
-    const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
-    await gateway.createServer().connect(serverSide);
-    const client = new Client({ name, version: "1.0.0" });
-    await client.connect(clientSide);
-    clients.push(client);
-    return async (code: string) => (await client.callTool({ name: "execute", arguments: { code } })) as CallToolResult;
-  }
+  afterAll(() => gateway?.close());
 
   it("cuts a program's 200,000 letters to its token budget, and answers another client meanwhile", async () => {
-    const hostile = await connect("letters");
-    const other = await connect("other");
+    const hostile = await gateway.connect("letters");
+    const other = await gateway.connect("other");
     const started = Date.now();
-    const letters = hostile(`return ${JSON.stringify(randomText(200_000, LETTERS, 3))};`);
-    expect((await other("return 40 + 2")).structuredContent).toMatchObject({ ok: true, value: 42 });
+    const letters = hostile.execute(`return ${JSON.stringify(randomText(200_000, LETTERS, 3))};`);
+    expect((await other.execute("return 40 + 2")).structuredContent).toMatchObject({ ok: true, value: 42 });
     const answer = await letters;
     expect(Date.now() - started).toBeLessThan(30_000);
     const blocks = answer.content as { type: string; text: string }[];
@@ -128,15 +113,15 @@ describe("the MCP gateway", () => {
   });
 
   it("gives structuredContent the text the content kept", async () => {
-    const run = await connect("printer");
-    const answer = await run(
+    const { execute } = await gateway.connect("printer");
+    const answer = await execute(
       '// @options: {"max_output_tokens": 30}\nfor (let i = 0; i < 50; i++) console.log("line " + i);\nreturn 7;',
     );
     const kept = (answer.content as { type: string; text: string }[])[0]?.text ?? "";
     expect(kept.startsWith("line 0\nline 1\n")).toBe(true);
     expect(answer.structuredContent).toMatchObject({ ok: true, truncated: true, output: kept });
     expect(answer.structuredContent).not.toHaveProperty("value");
-    const whole = await run(
+    const whole = await execute(
       'console.log("a"); image({ type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" }); console.log("b"); return 7;',
     );
     expect(whole.structuredContent).toMatchObject({ ok: true, truncated: false, output: "a\nb", value: 7, images: 1 });

@@ -5,9 +5,6 @@
  * takes amaro super-linear time (stripped on a thread of its own, under a deadline). Each fails as its own script
  * error, quickly, and the next plain JavaScript and TypeScript run as before.
  */
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import {
   CodemodeSourceError,
   InlineCodemodeSandbox,
@@ -16,9 +13,9 @@ import {
   TYPESCRIPT_STRIP_TIMEOUT_MS,
 } from "airlock-codemode";
 import { CodeToolError, createCodeTool } from "airlock-codemode/ai";
-import { McpGateway } from "airlock-codemode/mcp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { paged } from "./fixtures/mcp/servers.ts";
+import { gatewayWithClients } from "./helpers/gateway-clients.ts";
 import { launchers } from "./helpers/sandboxes.ts";
 
 /** Scripts that overflow amaro's stack. */
@@ -112,30 +109,17 @@ describe("a script amaro takes minutes on", () => {
 });
 
 describe("the MCP gateway", () => {
-  let gateway: McpGateway;
-  const clients: Client[] = [];
+  let gateway: Awaited<ReturnType<typeof gatewayWithClients>>;
 
   beforeAll(async () => {
-    gateway = await McpGateway.start({ mcpServers: { steady: paged("--tools", "2") } }, { poolSize: 1 });
+    gateway = await gatewayWithClients({ mcpServers: { steady: paged("--tools", "2") } }, { poolSize: 1 });
   });
 
-  afterAll(async () => {
-    for (const client of clients) await client.close();
-    await gateway?.close();
-  });
-
-  async function connect(name: string) {
-    const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
-    await gateway.createServer().connect(serverSide);
-    const client = new Client({ name, version: "1.0.0" });
-    await client.connect(clientSide);
-    clients.push(client);
-    return async (code: string) => (await client.callTool({ name: "execute", arguments: { code } })) as CallToolResult;
-  }
+  afterAll(() => gateway?.close());
 
   it("answers a hostile client's deep TypeScript with its script error, and every client's next program", async () => {
-    const hostile = await connect("hostile");
-    const other = await connect("other");
+    const hostile = (await gateway.connect("hostile")).execute;
+    const other = (await gateway.connect("other")).execute;
     for (const script of Object.values(DEEP)) {
       const answer = await hostile(script);
       expect(answer.isError).toBe(true);
@@ -149,8 +133,8 @@ describe("the MCP gateway", () => {
   });
 
   it("answers another client while a slow script is stripped", async () => {
-    const hostile = await connect("slow");
-    const other = await connect("waiting");
+    const hostile = (await gateway.connect("slow")).execute;
+    const other = (await gateway.connect("waiting")).execute;
     const slow = hostile(SLOW);
     // The strip thread, not the gateway's, holds the slow script: another client's JavaScript gets its answer.
     const started = Date.now();
