@@ -37,6 +37,7 @@ export {
   WARM_RUNS,
 } from "./host/pool.ts";
 export type { CodemodeRemote } from "./host/remote.ts";
+export { TYPESCRIPT_STRIP_TIMEOUT_MS } from "./host/typescript-thread.ts";
 export { MAX_POOL_SIZE_PER_CORE } from "./host/worker-pool.ts";
 export { isIdentifier, toCodemodeIdentifier } from "./identifier.ts";
 export * from "./process/index.ts";

@@ -553,10 +553,10 @@ describe("upstream lists and floods", () => {
     return result.structuredContent as { ok: boolean; value?: unknown; error?: { kind: string; message: string } };
   }
 
-  it("takes no tool list past its caps: a server of 10,000 tools, or of 20 MiB of them, is down saying why, and the others serve", async () => {
+  it("takes no tool list past its caps: a server of 10,001 tools, or of 20 MiB of them, is down saying why, and the others serve", async () => {
     const gateway = await serveChild({
       mcpServers: {
-        many: paged("--tools", "10000", "--page-size", "100"),
+        many: paged("--tools", "10001", "--page-size", "1000"),
         wordy: paged("--tools", "20", "--description-bytes", String(MiB)),
         small: paged("--tools", "2"),
       },

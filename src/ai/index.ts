@@ -5,11 +5,12 @@
 import { asSchema, type Tool, type ToolExecutionOptions, tool } from "ai";
 import { z } from "zod";
 import { describeTool, INDEX_THRESHOLD_TOOLS, isZodSchema, renderDeclarations } from "../declarations/index.ts";
+import { stripTypeScriptOnThread } from "../host/typescript-thread.ts";
 import { toCodemodeIdentifier } from "../identifier.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
-import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
+import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
 import type {
   CodemodeDeclaredTool,
   CodemodeError,
@@ -158,7 +159,13 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
       if (result.ok || failedRuns === "result") return result;
       throw new CodeToolError(errorText(result), result);
     },
-    toModelOutput: ({ output }) => toModelOutput(output),
+    // AI SDK 5 passes the tool's output itself; 6 and 7 pass { toolCallId, input, output }.
+    toModelOutput: (options) => {
+      const given: unknown = options;
+      return isCodeToolResult(given)
+        ? toModelOutput(given, "media")
+        : toModelOutput((given as { output: CodeToolResult }).output, "image-data");
+    },
   });
   return Object.assign(codeTool, {
     declarations,
@@ -266,7 +273,7 @@ async function run(
   let maxOutputTokens: number | undefined;
   try {
     const parsed = parseCodemodeSource(code);
-    script = stripTypeScript(parsed.code);
+    script = await stripTypeScriptOnThread(parsed.code);
     timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
     maxOutputTokens = parsed.options.maxOutputTokens;
   } catch (error) {
@@ -428,7 +435,16 @@ function errorText(result: Extract<CodeToolResult, { ok: false }>): string {
   return `${head}\nOutput before the error:\n${printed.join("\n")}`;
 }
 
-function toModelOutput(output: CodeToolResult): ToolResultOutput {
+function isCodeToolResult(value: unknown): value is CodeToolResult {
+  const { ok, output } = value as Partial<CodeToolResult>;
+  return typeof ok === "boolean" && Array.isArray(output);
+}
+
+/**
+ * The result as the model reads it. Images are `image-data` parts in AI SDK 6 and 7, `media` parts in AI SDK 5 (whose
+ * tool result output has no `image-data`).
+ */
+function toModelOutput(output: CodeToolResult, imagePart: "image-data" | "media"): ToolResultOutput {
   const value: Extract<ToolResultOutput, { type: "content" }>["value"] = [];
   let lines: string[] = [];
   const flush = () => {
@@ -442,7 +458,7 @@ function toModelOutput(output: CodeToolResult): ToolResultOutput {
   for (const item of output.output) {
     if (item.type === "image") {
       flush();
-      value.push({ type: "image-data", data: item.data, mediaType: item.mimeType });
+      value.push({ type: imagePart as "image-data", data: item.data, mediaType: item.mimeType });
     } else lines.push(item.text);
   }
   flush();

@@ -4,13 +4,14 @@
  * event-lane.ts: the worker's next events to a host that polls for them), plus the stop flags, handled counts,
  * computed times and turn word the worker shares with the host.
  */
-import { Worker, type WorkerOptions } from "node:worker_threads";
+import { Worker } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
 import type { HostCommand } from "../engine/protocol.ts";
 import { TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
 import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
 import type { HostChannel, SharedState } from "./peer.ts";
+import { startWorker } from "./start-worker.ts";
 import { threadCpuMs } from "./thread-clock.ts";
 import type { WorkerData } from "./worker.ts";
 
@@ -52,7 +53,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     maxStackSize: WORKER_MAX_STACK_SIZE,
     maxVms: options.maxVms,
   };
-  const worker = startWorker(options.workerUrl ?? new URL("./worker.js", import.meta.url), {
+  const worker = startWorker(Worker, options.workerUrl ?? new URL("./worker.js", import.meta.url), {
     workerData: data,
     resourceLimits: { stackSizeMb: WORKER_STACK_SIZE_MB },
   });
@@ -147,25 +148,4 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
       else worker.unref();
     },
   };
-}
-
-/**
- * Starts a worker with the host's Node flags. A worker inherits them by default, whatever they are, except that
- * `--input-type` (a host run with `-e`) stops it from starting. Leaving that one out means listing the rest, and Node
- * refuses a list with V8 or process-wide flags (`--max-old-space-size`, `--expose-gc`), which a worker shares with
- * the process anyway: such a host's workers start with no flags of their own.
- */
-function startWorker(url: string | URL, options: WorkerOptions): Worker {
-  const execArgv = process.execArgv;
-  const inputType = execArgv.findIndex((flag) => flag === "--input-type" || flag.startsWith("--input-type="));
-  if (inputType < 0) return new Worker(url, options);
-  const kept = execArgv.filter(
-    (_, i) => i !== inputType && !(i === inputType + 1 && execArgv[inputType] === "--input-type"),
-  );
-  try {
-    return new Worker(url, { ...options, execArgv: kept });
-  } catch (error) {
-    if ((error as { code?: unknown }).code !== "ERR_WORKER_INVALID_EXEC_ARGV") throw error;
-    return new Worker(url, { ...options, execArgv: [] });
-  }
 }

@@ -7,10 +7,11 @@ import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import type { ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import { describeTool } from "../declarations/describe.ts";
 import { renderDeclarations, renderToolSignature, searchTools } from "../declarations/index.ts";
+import { stripTypeScriptOnThread } from "../host/typescript-thread.ts";
 import { optionKeys, refuseUnknownOptions } from "../options.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CodemodeSandbox } from "../sandbox/codemode.ts";
-import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
+import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
 import { startTrace, withTraceContext } from "../tracing/index.ts";
 import type { CodemodeProgressEvent, CodemodeResult, CodemodeTool } from "../types.ts";
 import {
@@ -326,7 +327,7 @@ export class McpGateway {
     let maxOutputTokens = this.maxOutputTokens;
     try {
       const parsed = parseCodemodeSource(code);
-      script = stripTypeScript(parsed.code);
+      script = await stripTypeScriptOnThread(parsed.code);
       timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
       maxOutputTokens = Math.min(parsed.options.maxOutputTokens ?? maxOutputTokens, maxOutputTokens);
     } catch (error) {

@@ -107,6 +107,7 @@ export {
   countTokens,
   cutToTokens,
   loadTokenizer,
+  MAX_PRE_TOKEN_CHARS,
   OUTPUT_TOKEN_ENCODING,
   OUTPUT_TOKEN_FALLBACK,
   tokenUnit,
