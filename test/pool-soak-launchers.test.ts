@@ -155,7 +155,13 @@ describe.each(pooledLaunchers)("$name pool under a soak of hostile and ordinary 
         if (cycle === 0) rssAfterFirstCycle = process.memoryUsage().rss;
       }
       expect(failures).toEqual([]);
-      expect(sandbox.poolStats.lost).toBeGreaterThan(0);
+      // A bulk-copy loop's VM side is killed and replaced. In the soak its 200 ms deadline may pass in the queue on a
+      // loaded machine, so one runs here on the idle pool, where it is placed at once.
+      const lost = sandbox.poolStats.lost;
+      const bulk = kinds.find((kind) => kind.name === "bulk-copy loop") as Kind;
+      const alone = await sandbox.execute(bulk.code, { timeoutMs: 1_000 });
+      expect(alone.ok ? "ok" : alone.error.kind).toBe("timeout");
+      expect(sandbox.poolStats.lost).toBeGreaterThan(lost);
       // The VM sides added beside computing scripts close once idle.
       const until = Date.now() + EXTRA_IDLE_MS + 20_000;
       while (sandbox.poolStats.live > 2 && Date.now() < until) await sleep(50);
