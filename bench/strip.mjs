@@ -1,7 +1,9 @@
 // Cost of stripTypeScript per script: the first call (which loads amaro and compiles its WebAssembly), then the
 // median of 200 calls on a 50-line TypeScript script, of 200 more (steady state), and of 200 on the same script
-// with its types already erased (plain JavaScript). Run after a build: `npx tsc -p tsconfig.build.json` then
-// `node bench/strip.mjs`. Each figure comes from one fresh process, so the first call is really the first.
+// with its types already erased (plain JavaScript); then the same script stripped on the strip thread, as sandboxes,
+// the gateway and the AI SDK tool strip it (its first call starts the thread). Run after a build: `npx tsc -p
+// tsconfig.build.json` then `node bench/strip.mjs`. Each figure comes from one fresh process, so the first call is
+// really the first.
 import { performance } from "node:perf_hooks";
 import { median, runtime } from "./lib.mjs";
 
@@ -83,4 +85,20 @@ console.log(
 );
 console.log(
   `plain JS,   ${RUNS} runs: median ${format(median(js))}, p95 ${format(percentile(js, 95))}, min ${format(Math.min(...js))}`,
+);
+
+const { stripTypeScriptOnThread } = await import("../dist/host/typescript-thread.js");
+const threadFirstStart = performance.now();
+await stripTypeScriptOnThread(source);
+const threadFirstMs = performance.now() - threadFirstStart;
+const onThread = [];
+for (let run = 0; run < 2 * RUNS; run++) {
+  const start = performance.now();
+  await stripTypeScriptOnThread(source);
+  onThread.push(performance.now() - start);
+}
+const steady = onThread.slice(RUNS);
+console.log(`first on the strip thread (starts it): ${format(threadFirstMs)}`);
+console.log(
+  `strip thread, ${RUNS} runs after ${RUNS}: median ${format(median(steady))}, p95 ${format(percentile(steady, 95))}, min ${format(Math.min(...steady))}`,
 );

@@ -1,34 +1,56 @@
 /**
  * `airlock-codemode/ai`: `createCodeTool` turns AI SDK tools into one code tool, driven here by the AI SDK's own mock
- * language model through a real `generateText` tool loop.
+ * language model through a real `generateText` tool loop. The file runs on every AI SDK major the package accepts
+ * (5, 6 and 7: vitest.config.ts resolves `ai` to each), as a user of each writes it.
  */
 
 import { generateText, jsonSchema, stepCountIs, tool } from "ai";
-import { MockLanguageModelV3 } from "ai/test";
+import * as aiTest from "ai/test";
 import { InlineCodemodeSandbox } from "airlock-codemode";
 import { CodeToolError, createCodeTool } from "airlock-codemode/ai";
 import { afterAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 
+type MockLanguageModelV3 = aiTest.MockLanguageModelV3;
 type GenerateResult = Awaited<ReturnType<MockLanguageModelV3["doGenerate"]>>;
 type CallOptions = Parameters<MockLanguageModelV3["doGenerate"]>[0];
 
-const usage = {
-  inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
-  outputTokens: { total: 5, text: 5, reasoning: 0 },
-};
+/**
+ * Each AI SDK's own model interface, as its providers have it: version 2 in AI SDK 5 (a finish reason and usage of
+ * its own shape, tool output given to `toModelOutput` as it is), 3 in 6, 4 in 7.
+ */
+const mocks = aiTest as unknown as Record<string, typeof aiTest.MockLanguageModelV3 | undefined>;
+const MockModel = (mocks.MockLanguageModelV4 ?? mocks.MockLanguageModelV3 ?? mocks.MockLanguageModelV2) as NonNullable<
+  (typeof mocks)[string]
+>;
+const sdk = mocks.MockLanguageModelV4 ? 7 : mocks.MockLanguageModelV3 ? 6 : 5;
+const sdk5 = sdk === 5;
+
+const usage = (
+  sdk5
+    ? { inputTokens: 10, outputTokens: 5, totalTokens: 15 }
+    : {
+        inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
+        outputTokens: { total: 5, text: 5, reasoning: 0 },
+      }
+) as GenerateResult["usage"];
+
+function finished(reason: "tool-calls" | "stop"): GenerateResult["finishReason"] {
+  if (sdk5) return reason as never;
+  return { unified: reason, raw: reason === "stop" ? "stop" : "tool_calls" };
+}
 
 function toolCall(id: string, code: string): GenerateResult {
   return {
     content: [{ type: "tool-call", toolCallId: id, toolName: "code", input: JSON.stringify({ code }) }],
-    finishReason: { unified: "tool-calls", raw: "tool_calls" },
+    finishReason: finished("tool-calls"),
     usage,
     warnings: [],
   };
 }
 
 function answer(text: string): GenerateResult {
-  return { content: [{ type: "text", text }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+  return { content: [{ type: "text", text }], finishReason: finished("stop"), usage, warnings: [] };
 }
 
 /** What the model was sent as the result of tool call `id`. */
@@ -197,7 +219,7 @@ describe("createCodeTool", () => {
 
   it("runs the model's program in a generateText tool loop", async () => {
     seen.length = 0;
-    const model = new MockLanguageModelV3({
+    const model = new MockModel({
       doGenerate: async (options) => {
         const step = model.doGenerateCalls.length;
         if (step === 1) {
@@ -244,16 +266,17 @@ describe("createCodeTool", () => {
   });
 
   it("reports a failed program as a tool error, which the model reads and fixes in the next step", async () => {
-    const model = new MockLanguageModelV3({
+    const model = new MockModel({
       doGenerate: async (options) => {
         const step = model.doGenerateCalls.length;
         if (step === 1) return toolCall("bad", 'text("looking");\nawait tools.weather({ town: "Oslo" });');
         if (step === 2) {
-          // The AI SDK's own convention for a tool that threw: an error-text result carrying the message.
+          // The AI SDK's own convention for a tool that threw: an error-text result carrying the message (after the
+          // error's name in AI SDK 7).
           expect(toolResultIn(options, "bad")).toEqual({
             type: "error-text",
             value:
-              "Error (script): Error: invalid arguments for tools.weather: city: Invalid input: expected string, received undefined\n" +
+              `${sdk === 7 ? "CodeToolError: " : ""}Error (script): Error: invalid arguments for tools.weather: city: Invalid input: expected string, received undefined\n` +
               "Output before the error:\nlooking",
           });
           return toolCall("good", "return (await tools.weather({ city: 'Oslo', unit: 'F' })).temp;");
@@ -293,7 +316,10 @@ describe("createCodeTool", () => {
           "TypeError: cannot read property 'push' of undefined (line 3: r.items.push(1);)\n    at <anonymous> (codemode.js:3:1)",
       },
     });
-    expect(keeping.toModelOutput?.({ toolCallId: "k", input: { code: "" }, output: output as never })).toEqual({
+    // As the AI SDK calls it: with the output itself (5), or with the call around it (6, 7).
+    const toModelOutput = keeping.toModelOutput as (given: unknown) => unknown;
+    const given = sdk5 ? output : { toolCallId: "k", input: { code: "" }, output };
+    expect(toModelOutput(given)).toEqual({
       type: "content",
       value: [
         {
@@ -338,17 +364,22 @@ describe("createCodeTool", () => {
 
   it("sends images as image content and honours the abort signal", async () => {
     const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
-    const model = new MockLanguageModelV3({
+    const model = new MockModel({
       doGenerate: async (options) => {
         if (model.doGenerateCalls.length === 1) {
           return toolCall("img", `image({ type: "image", data: "${png}", mimeType: "image/png" });\ntext("a dot");`);
         }
         const output = toolResultIn(options, "img") as { type: string; value: unknown[] };
         expect(output.type).toBe("content");
-        expect(output.value).toEqual([
-          { type: "image-data", data: png, mediaType: "image/png" },
-          { type: "text", text: "a dot" },
-        ]);
+        expect(output.value).toHaveLength(2);
+        // The image as each AI SDK gives it to its models: a media part (5), image data (6), a file (7).
+        const image = {
+          5: { type: "media", data: png, mediaType: "image/png" },
+          6: { type: "image-data", data: png, mediaType: "image/png" },
+          7: { type: "file", mediaType: "image/png", data: { type: "data", data: png } },
+        }[sdk];
+        expect(output.value[0]).toMatchObject(image);
+        expect(output.value[1]).toEqual({ type: "text", text: "a dot" });
         return answer("saw it");
       },
     });

@@ -6,7 +6,6 @@
  * never about time: neighbours must finish while the culprit still computes.
  */
 
-import { readdirSync, readFileSync } from "node:fs";
 import {
   Budget,
   type CodemodeSandboxBase,
@@ -31,6 +30,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXTRA_IDLE_MS } from "../dist/host/pool.js";
 import { echoDefinition, echoTool } from "./helpers/code-mode.ts";
+import { treeRssBytes } from "./helpers/rss.ts";
 import { launchers, pooledLaunchers } from "./helpers/sandboxes.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
 import { until } from "./helpers/wait.ts";
@@ -81,41 +81,6 @@ const sink: CodemodeTool = {
     return typeof args === "string" ? args.length : 0;
   },
 };
-
-/** Resident bytes of this process and all its descendants, from /proc. */
-function treeRssBytes(): number {
-  const parents = new Map<number, number>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      // The command name may hold spaces and parentheses: the fields after its last ")" are fixed.
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      parents.set(Number(entry), ppid);
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  const inTree = (pid: number): boolean => {
-    for (let p: number | undefined = pid, hops = 0; p !== undefined && p > 1 && hops < 64; hops++) {
-      if (p === process.pid) return true;
-      p = parents.get(p);
-    }
-    return false;
-  };
-  let total = 0;
-  for (const pid of parents.keys()) {
-    if (!inTree(pid)) continue;
-    try {
-      const status = readFileSync(`/proc/${pid}/status`, "utf8");
-      const kb = /VmRSS:\s+(\d+) kB/.exec(status)?.[1];
-      if (kb) total += Number(kb) * 1024;
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return total;
-}
 
 type Pooled = CodemodeSandboxBase & { warm(): Promise<void>; readonly poolStats: PoolStats };
 

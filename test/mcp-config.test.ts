@@ -119,6 +119,37 @@ describe("VS Code's servers format", () => {
   });
 });
 
+describe("hostile config text", () => {
+  it("expands variables and reads an envFile in linear time, as before on ordinary text", () => {
+    const env = { HOME_DIR: "/h", a: "A" };
+    const config = (arg: string) =>
+      parseMcpConfig({ mcpServers: { s: { command: "x", args: [arg] } } }, { env, source: "mcp.json" }).servers[0];
+    expect(config("$${HOME_DIR}/x ${HOME_DIR} $$${HOME_DIR} ${MISSING:-fallback} ${env:a} ${ a}")).toMatchObject({
+      args: ["${HOME_DIR}/x /h $${HOME_DIR} fallback A ${ a}"],
+    });
+    const started = Date.now();
+    // 40,000 "${a:-" without a closing brace took a minute: every "${" was tried to the text's end.
+    for (const hostile of [
+      "${a:-".repeat(40_000),
+      "${:".repeat(40_000),
+      `\${a:b${"x".repeat(100_000)}:${"${a:b:".repeat(20_000)}`,
+    ]) {
+      expect(config(hostile)).toMatchObject({ args: [hostile] });
+    }
+    const envFile = join(folder.dir, "spaces.env");
+    // A value with 200,000 spaces before its end took two minutes: `/\s+#.*$/` tried every space.
+    writeFileSync(envFile, `SPACED=a${" ".repeat(200_000)}b\nCOMMENTED=value   # a comment\nHASH=a#b\n`);
+    const fromFile = parseMcpConfig(
+      { servers: { s: { command: "x", envFile } } },
+      { env: {}, source: join(folder.dir, "mcp.json") },
+    ).servers[0];
+    expect(fromFile).toMatchObject({
+      env: { SPACED: `a${" ".repeat(200_000)}b`, COMMENTED: "value", HASH: "a#b" },
+    });
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+});
+
 describe("the approval field", () => {
   it("is never by default, and takes always, never or tool names, on stdio and HTTP servers", () => {
     const parsed = parseMcpConfig({

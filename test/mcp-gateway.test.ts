@@ -11,6 +11,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { MAX_TYPESCRIPT_CHARS } from "airlock-codemode";
 import {
   connectMcpServers,
   MAX_SEARCH_QUERY_CHARS,
@@ -89,7 +90,7 @@ const INITIALIZE = JSON.stringify({
 
 interface RawResponse {
   id?: unknown;
-  result?: { content?: unknown };
+  result?: { content?: unknown; isError?: boolean };
   error?: { code: number; message: string };
 }
 
@@ -679,9 +680,18 @@ describe("the gateway as a library", () => {
             params: { name: "execute", arguments: { code } },
           }),
         );
-      // Past the SDK transport's own 10 MiB buffer, which closed the session without a word.
-      execute(2, `return ${JSON.stringify("x".repeat(11 * 1024 * 1024))}.length`);
-      expect((await stdio.response(2)).result?.content).toEqual([{ type: "text", text: "11534336" }]);
+      // Past the SDK transport's own 10 MiB buffer, which closed the session without a word: the whole program
+      // arrives (its length is in the answer), and is refused as longer than MAX_TYPESCRIPT_CHARS.
+      const long = `return ${JSON.stringify("x".repeat(11 * 1024 * 1024))}.length`;
+      execute(2, long);
+      const refused = (await stdio.response(2)).result;
+      expect(refused?.isError).toBe(true);
+      expect(refused?.content).toEqual([
+        {
+          type: "text",
+          text: `Error (script): CodemodeSourceError: The TypeScript script has ${long.length} characters; types are stripped from scripts of at most ${MAX_TYPESCRIPT_CHARS}. Write a shorter program.`,
+        },
+      ]);
       execute(3, `return ${JSON.stringify("x".repeat(MAX_STDIO_LINE_BYTES))}.length`);
       expect((await stdio.response(3)).error).toEqual({
         code: -32600,

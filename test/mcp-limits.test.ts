@@ -553,10 +553,10 @@ describe("upstream lists and floods", () => {
     return result.structuredContent as { ok: boolean; value?: unknown; error?: { kind: string; message: string } };
   }
 
-  it("takes no tool list past its caps: a server of 10,000 tools, or of 20 MiB of them, is down saying why, and the others serve", async () => {
+  it("takes no tool list past its caps: a server of 10,001 tools, or of 20 MiB of them, is down saying why, and the others serve", async () => {
     const gateway = await serveChild({
       mcpServers: {
-        many: paged("--tools", "10000", "--page-size", "100"),
+        many: paged("--tools", "10001", "--page-size", "1000"),
         wordy: paged("--tools", "20", "--description-bytes", String(MiB)),
         small: paged("--tools", "2"),
       },
@@ -636,6 +636,8 @@ describe("upstream lists and floods", () => {
     });
     const [flooding, neighbour] = [await sdkClient(gateway.url), await sdkClient(gateway.url)];
     try {
+      // The pool's VMs boot at the first executions: they are not what the flood holds.
+      await Promise.all([execute(neighbour, "return 1"), execute(flooding, "return 1")]);
       const before = memoryOf(gateway.pid);
       // It stops reading its stdin, then sends 400,000 pings: every answer would wait in the gateway.
       const flood = execute(flooding, 'return await tools.deaf__flood({ count: 400000, kind: "deaf" })');
@@ -648,7 +650,7 @@ describe("upstream lists and floods", () => {
         ),
       );
       const after = memoryOf(gateway.pid);
-      expect(after.peak - before.rss, `RSS ${before.rss} before, peak ${after.peak}`).toBeLessThan(256 * MiB);
+      expect(after.peak - before.rss, `RSS ${before.rss} before, peak ${after.peak}`).toBeLessThan(128 * MiB);
       // Started again for the next call.
       expect(await execute(neighbour, "return (await tools.deaf__item_0()).item")).toMatchObject({ value: 0 });
     } finally {

@@ -40,6 +40,7 @@ function peerWithClock(cpuMs: (() => number | undefined) | undefined) {
   const shared: SharedState = {
     stopFlags: new Int32Array(new SharedArrayBuffer(16)),
     handled: new Int32Array(new SharedArrayBuffer(16)),
+    computed: new Int32Array(new SharedArrayBuffer(16)),
     turn: new Int32Array(new SharedArrayBuffer(TURN_SLOTS * 4)),
     turnEpochMs: Date.now(),
     cpuMs,

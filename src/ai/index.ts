@@ -9,7 +9,8 @@ import { isZodSchema } from "../declarations/zod.ts";
 import { toCodemodeIdentifier } from "../platform/identifier.ts";
 import { durationOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import type { CodemodeSandboxBase } from "../sandbox/base.ts";
-import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
+import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
+import { stripTypeScriptOnThread } from "../source/strip-thread.ts";
 import type {
   CodemodeDeclaredTool,
   CodemodeError,
@@ -156,7 +157,13 @@ export function createCodeTool(options: CreateCodeToolOptions): CodeTool {
       if (result.ok || failedRuns === "result") return result;
       throw new CodeToolError(errorText(result), result);
     },
-    toModelOutput: ({ output }) => toModelOutput(output),
+    // AI SDK 5 passes the tool's output itself; 6 and 7 pass { toolCallId, input, output }.
+    toModelOutput: (options) => {
+      const given: unknown = options;
+      return isCodeToolResult(given)
+        ? toModelOutput(given, "media")
+        : toModelOutput((given as { output: CodeToolResult }).output, "image-data");
+    },
   });
   return Object.assign(codeTool, {
     declarations,
@@ -264,7 +271,7 @@ async function run(
   let maxOutputTokens: number | undefined;
   try {
     const parsed = parseCodemodeSource(code);
-    script = stripTypeScript(parsed.code);
+    script = await stripTypeScriptOnThread(parsed.code);
     timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
     maxOutputTokens = parsed.options.maxOutputTokens;
   } catch (error) {
@@ -426,7 +433,16 @@ function errorText(result: Extract<CodeToolResult, { ok: false }>): string {
   return `${head}\nOutput before the error:\n${printed.join("\n")}`;
 }
 
-function toModelOutput(output: CodeToolResult): ToolResultOutput {
+function isCodeToolResult(value: unknown): value is CodeToolResult {
+  const { ok, output } = value as Partial<CodeToolResult>;
+  return typeof ok === "boolean" && Array.isArray(output);
+}
+
+/**
+ * The result as the model reads it. Images are `image-data` parts in AI SDK 6 and 7, `media` parts in AI SDK 5 (whose
+ * tool result output has no `image-data`).
+ */
+function toModelOutput(output: CodeToolResult, imagePart: "image-data" | "media"): ToolResultOutput {
   const value: Extract<ToolResultOutput, { type: "content" }>["value"] = [];
   let lines: string[] = [];
   const flush = () => {
@@ -440,7 +456,7 @@ function toModelOutput(output: CodeToolResult): ToolResultOutput {
   for (const item of output.output) {
     if (item.type === "image") {
       flush();
-      value.push({ type: "image-data", data: item.data, mediaType: item.mimeType });
+      value.push({ type: imagePart as "image-data", data: item.data, mediaType: item.mimeType });
     } else lines.push(item.text);
   }
   flush();

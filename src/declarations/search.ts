@@ -39,9 +39,11 @@ function stem(word: string): string {
 
 /** Splits text into stemmed lowercase words: `snake_case`, `camelCase`, `kebab-case`, `HTTPServer` and prose. */
 export function tokenize(text: string): string[] {
+  // `HTTPServer` splits before the capital that starts a word; `([A-Z]+)([A-Z][a-z])` did the same, but tried every
+  // start of a run of capitals to its end, so 100,000 capitals took seconds.
   const spaced = text
     .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
-    .replace(/([A-Z]+)([A-Z][a-z])/g, "$1 $2")
+    .replace(/([A-Z])(?=[A-Z][a-z])/g, "$1 ")
     .toLowerCase();
   const words = spaced.split(/[^\p{L}\p{N}]+/u).filter((word) => word !== "" && !STOPWORDS.has(word));
   return words.map(stem);
@@ -79,6 +81,10 @@ function parameterWords(schema: unknown): { names: string[]; text: string[] } {
 
 interface Document {
   tool: ToolLike;
+  /** The tool's fields the document was read from. */
+  name: string;
+  description: string | undefined;
+  inputSchema: unknown;
   terms: Record<Field, Map<string, number>>;
   lengths: Record<Field, number>;
 }
@@ -89,7 +95,29 @@ function countTerms(words: string[]): Map<string, number> {
   return counts;
 }
 
+/**
+ * Documents by tool, so that each search of a catalog does not read every tool's words again (10,000 tools took most
+ * of a second per query). A document is used again only while its tool's name, description and input schema are
+ * the same values.
+ */
+const documentCache = new WeakMap<ToolLike, Document>();
+
 function toDocument(tool: ToolLike): Document {
+  const known = documentCache.get(tool);
+  if (
+    known !== undefined &&
+    known.name === tool.name &&
+    known.description === tool.description &&
+    known.inputSchema === tool.inputSchema
+  ) {
+    return known;
+  }
+  const document = readDocument(tool);
+  documentCache.set(tool, document);
+  return document;
+}
+
+function readDocument(tool: ToolLike): Document {
   const parameters = parameterWords(tool.inputSchema);
   const words: Record<Field, string[]> = {
     name: tokenize(tool.name),
@@ -99,6 +127,9 @@ function toDocument(tool: ToolLike): Document {
   };
   return {
     tool,
+    name: tool.name,
+    description: tool.description,
+    inputSchema: tool.inputSchema,
     terms: {
       name: countTerms(words.name),
       parameters: countTerms(words.parameters),

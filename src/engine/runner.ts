@@ -49,6 +49,11 @@ export interface RunnerOptions extends VmOptions {
    */
   handled?: Int32Array;
   /**
+   * Milliseconds each slot's run has computed so far (its turns, rounded), shared with the host: what rebuilding the
+   * run on another VM side would compute again, which the host weighs against waiting behind another run's turn.
+   */
+  computed?: Int32Array;
+  /**
    * Told the exec of a run whose turn has computed for LONG_TURN_MS, and null when that turn ends: a host that shares
    * no memory with the runner learns from it which run holds the thread (see `turn`).
    */
@@ -80,6 +85,8 @@ export const TurnSlot = {
   thread: 3,
 } as const;
 export const TURN_SLOTS = 4;
+
+const MAX_INT32 = 2 ** 31 - 1;
 
 /** How long a turn computes before `onLongTurn` hears of it: well below the hosts' stop grace periods. */
 export const LONG_TURN_MS = 5;
@@ -307,6 +314,14 @@ export class VmRunner {
    * end with the limit it broke, fail because it waits on nothing, or wait for call results.
    */
   private enter(run: VmRun, body: () => void): void {
+    // A run the host stopped while this turn waited for the thread (the copy a move left behind, say) does not compute
+    // it: it ends as stopped, as a stop found in the same batch does across a pipe.
+    const flags = this.options.stopFlags;
+    const flagged = flags ? Atomics.load(flags, run.request.slot) : StopCode.none;
+    if (flagged !== StopCode.none) {
+      this.stop(run.request.exec, flagged === StopCode.timeout ? "timeout" : "aborted");
+      return;
+    }
     const vm = run.vm;
     const turn = this.options.turn;
     this.busy = true;
@@ -318,15 +333,20 @@ export class VmRunner {
     run.enterTurn(performance.now());
     this.longTurnReported = false;
     let crash: RunResult | undefined;
+    let turnMs = 0;
     try {
       body();
       vm.drain(JOBS_PER_INTERRUPT_CHECK);
     } catch (error) {
       crash = run.classify(error);
     } finally {
-      run.leaveTurn(performance.now());
+      const now = performance.now();
+      turnMs = now - run.enteredAt;
+      run.leaveTurn(now);
       this.busy = false;
       if (turn) Atomics.store(turn, TurnSlot.running, 0);
+      const computed = this.options.computed;
+      if (computed) Atomics.store(computed, run.request.slot, Math.min(MAX_INT32, Math.round(run.cpuMs)));
       if (this.longTurnReported) {
         this.longTurnReported = false;
         this.options.onLongTurn?.(null);
@@ -334,6 +354,9 @@ export class VmRunner {
     }
     run.checkCpuAfterTurn();
     this.afterTurn(run, crash);
+    // What a long turn and the turns before it produced (calls, say) goes out now, not after the turns still to come
+    // in this batch of commands: no run's call waits for other runs' turns to reach the host.
+    if (turnMs >= LONG_TURN_MS) this.options.flush?.();
     this.flushDeferred();
   }
 

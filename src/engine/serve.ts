@@ -46,6 +46,7 @@ export interface ServeOptions {
   turn?: Int32Array;
   turnEpochMs?: number;
   handled?: Int32Array;
+  computed?: Int32Array;
   /** CPU time (ms) after which the VM side asks to be retired (a process, well before its RLIMIT_CPU ends it). */
   retireCpuMs?: number | null;
   /** Bytes one message to the host may take (see RunnerOptions.maxMessageBytes); default: no limit. */
@@ -100,6 +101,7 @@ export class VmServer {
       turn: options.turn,
       turnEpochMs: options.turnEpochMs,
       handled: options.handled,
+      computed: options.computed,
       maxMessageBytes: options.maxMessageBytes,
       flush: () => this.flush(),
       emit: (event) => {

@@ -81,7 +81,8 @@ export function toolsBlock(input: DescriptionInput): { form: DeclarationsForm; t
   const { tools, maxTokens, toolset } = input;
   const down = downLines(toolset);
   if (tools.length === 0) return { form: "declarations", text: `No tools are available.${down}` };
-  const fits = (text: string) => countTokensNow(text) <= maxTokens;
+  // Counted only as far as the budget: a full declaration of a large catalog is not counted to its end.
+  const fits = (text: string) => countTokensNow(text, maxTokens) <= maxTokens;
   const full = renderDeclarations({ tools }, { indexThreshold: Number.POSITIVE_INFINITY });
   if (fits(full)) return { form: "declarations", text: `The tools:\n\`\`\`ts\n${full}\n\`\`\`${down}` };
   const signatures = renderToolSignatures(tools);

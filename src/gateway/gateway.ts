@@ -9,7 +9,8 @@ import { describeTool } from "../declarations/describe.ts";
 import { renderDeclarations, renderToolSignature, searchTools } from "../declarations/index.ts";
 import { booleanOption, integerOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
-import { CodemodeSourceError, parseCodemodeSource, stripTypeScript } from "../source/index.ts";
+import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
+import { stripTypeScriptOnThread } from "../source/strip-thread.ts";
 import { startTrace, withTraceContext } from "../tracing/index.ts";
 import type { CodemodeResult, CodemodeTool } from "../types.ts";
 import { ApprovalGate, type ApprovalLimits, MAX_APPROVAL_RECORDS, unsupportedNote } from "../upstream/approval.ts";
@@ -294,7 +295,7 @@ export class McpGateway {
     let maxOutputTokens = this.maxOutputTokens;
     try {
       const parsed = parseCodemodeSource(code);
-      script = stripTypeScript(parsed.code);
+      script = await stripTypeScriptOnThread(parsed.code);
       timeoutMs = Math.min(parsed.options.timeoutMs ?? timeoutMs, timeoutMs);
       maxOutputTokens = Math.min(parsed.options.maxOutputTokens ?? maxOutputTokens, maxOutputTokens);
     } catch (error) {

@@ -145,7 +145,8 @@ export interface FormatOptions {
  * Content of a finished run. A successful run gives its output in order (consecutive text and console lines joined
  * into one text block, images as image blocks), then its value (a string as it is, anything else as JSON). A failed
  * run is `isError`, with the error first: `Error (<kind>): <name>: <message>` and the stack lines, then "Output before
- * the error:" and the output. All text together is cut to `maxOutputTokens` tokens, with a note saying so.
+ * the error:" and the output. All text together is cut to `maxOutputTokens` tokens, with a note saying so; the
+ * `structuredContent` carries the same cut text (counted once), its printed part and the value if it was kept whole.
  */
 export async function formatRunResult(result: CodemodeResult, options: FormatOptions): Promise<McpToolResult> {
   const blocks: McpContentBlock[] = [];
@@ -159,32 +160,39 @@ export async function formatRunResult(result: CodemodeResult, options: FormatOpt
             .map((name) => `tools.${name}`)
             .join(", ")}${failed.length > MAX_FAILED_CALLS_SHOWN ? ", ..." : ""}`;
     blocks.push({ type: "text", text: formatRunError(result.error) + calls });
-    if (result.output.length > 0) {
-      blocks.push({ type: "text", text: "Output before the error:" });
-      blocks.push(...outputBlocks(result.output));
-    }
-  } else {
-    blocks.push(...outputBlocks(result.output));
-    const value = formatValue(result.value);
-    if (value !== undefined) blocks.push({ type: "text", text: value });
-    if (blocks.length === 0) blocks.push({ type: "text", text: EMPTY_RUN_TEXT });
+    if (result.output.length > 0) blocks.push({ type: "text", text: "Output before the error:" });
   }
-  const content = await cutBlocks(blocks, options);
-  const structuredContent = await structured(result, options.maxOutputTokens);
+  const printedFrom = blocks.length;
+  blocks.push(...outputBlocks(result.output));
+  const printedTo = blocks.length;
+  const valueText = result.ok ? formatValue(result.value) : undefined;
+  if (valueText !== undefined) blocks.push({ type: "text", text: valueText });
+  if (result.ok && blocks.length === 0) blocks.push({ type: "text", text: EMPTY_RUN_TEXT });
+  const { content, kept, cut } = await cutTextBlocks(blocks, options);
+  // The printed text as the program's lines joined, up to where it was cut.
+  const printed: string[] = [];
+  for (let i = printedFrom; i < printedTo; i++) {
+    const block = blocks[i] as McpContentBlock;
+    if (block.type === "image") continue;
+    const text = kept.get(block) as string;
+    if (text === block.text) printed.push(text);
+    else {
+      if (text !== "") printed.push(text);
+      break;
+    }
+  }
+  const valueKept = valueText !== undefined && kept.get(blocks[printedTo] as McpContentBlock) === valueText;
+  const structuredContent = structured(result, printed.join("\n"), valueKept, cut);
   return result.ok ? { content, structuredContent } : { content, structuredContent, isError: true };
 }
 
-/**
- * The run as `structuredContent`: its printed text and value within the same token budget as the content (the text
- * first; a value whose text does not fit whole is left out), the calls counted, the error when it failed.
- */
-async function structured(result: CodemodeResult, maxOutputTokens: number): Promise<ExecuteStructuredResult> {
-  const printed = result.output
-    .filter((item): item is Extract<CodemodeOutputItem, { type: "text" }> => item.type === "text")
-    .map((item) => item.text)
-    .join("\n");
-  const valueText = result.ok ? (formatValue(result.value) ?? "") : "";
-  const { texts, cut } = await cutToTokens([printed, valueText], maxOutputTokens);
+/** The run as `structuredContent`, given its printed text as it was cut and whether its value was kept. */
+function structured(
+  result: CodemodeResult,
+  output: string,
+  valueKept: boolean,
+  truncated: boolean,
+): ExecuteStructuredResult {
   const byTool: Record<string, number> = {};
   for (const call of result.calls) {
     Object.defineProperty(byTool, call.name, {
@@ -196,9 +204,9 @@ async function structured(result: CodemodeResult, maxOutputTokens: number): Prom
   }
   const out: ExecuteStructuredResult = {
     ok: result.ok,
-    output: texts[0] as string,
+    output,
     images: result.output.filter((item) => item.type === "image").length,
-    truncated: cut,
+    truncated,
     calls: {
       total: result.calls.length,
       failed: result.calls.filter((call) => call.status === "error").length,
@@ -206,7 +214,7 @@ async function structured(result: CodemodeResult, maxOutputTokens: number): Prom
       byTool,
     },
   };
-  if (result.ok && result.value !== undefined && texts[1] === valueText) out.value = result.value;
+  if (result.ok && result.value !== undefined && valueKept) out.value = result.value;
   if (!result.ok) {
     const { kind, name, message } = result.error;
     out.error = { kind, ...(name === undefined ? {} : { name }), message };
@@ -254,17 +262,26 @@ function formatValue(value: unknown): string | undefined {
  * cut; images are kept. `airlock run` cuts its printed output with it too.
  */
 export async function cutBlocks(blocks: McpContentBlock[], options: FormatOptions): Promise<McpContentBlock[]> {
-  const texts = blocks.filter((block): block is McpTextBlock => block.type === "text").map((block) => block.text);
-  const { texts: kept, cut } = await cutToTokens(texts, options.maxOutputTokens);
-  if (!cut) return blocks;
+  return (await cutTextBlocks(blocks, options)).content;
+}
+
+/** `cutBlocks`, with the text each text block kept (by block) and whether anything was cut. */
+async function cutTextBlocks(
+  blocks: McpContentBlock[],
+  options: FormatOptions,
+): Promise<{ content: McpContentBlock[]; kept: Map<McpContentBlock, string>; cut: boolean }> {
+  const textBlocks = blocks.filter((block): block is McpTextBlock => block.type === "text");
+  const texts = textBlocks.map((block) => block.text);
+  const { texts: keptTexts, cut } = await cutToTokens(texts, options.maxOutputTokens);
+  const kept = new Map<McpContentBlock, string>(textBlocks.map((block, i) => [block, keptTexts[i] as string]));
+  if (!cut) return { content: blocks, kept, cut };
   const total = texts.reduce((sum, text) => sum + text.length, 0);
-  const out: McpContentBlock[] = [];
-  let i = 0;
+  const content: McpContentBlock[] = [];
   for (const block of blocks) {
-    if (block.type === "image") out.push(block);
+    if (block.type === "image") content.push(block);
     else {
-      const text = kept[i++] as string;
-      if (text !== "") out.push({ type: "text", text });
+      const text = kept.get(block) as string;
+      if (text !== "") content.push({ type: "text", text });
     }
   }
   const limit = options.maxOutputTokensLimit ?? options.maxOutputTokens;
@@ -272,9 +289,9 @@ export async function cutBlocks(blocks: McpContentBlock[], options: FormatOption
     limit > options.maxOutputTokens
       ? ` To see more, return less or set a higher limit on the script's first line, for example // @options: {"max_output_tokens": ${limit}} (at most ${limit}).`
       : " To see more, return or print less: for example filter, summarize or page through the data in the script.";
-  out.push({
+  content.push({
     type: "text",
     text: `[Output cut: the text above is the first ${options.maxOutputTokens} tokens (${await tokenUnit()}) of ${total} characters.${raise}]`,
   });
-  return out;
+  return { content, kept, cut };
 }

@@ -10,6 +10,8 @@ export interface SharedState {
   stopFlags: Int32Array;
   /** Commands handled by slot (see RunnerOptions.handled). */
   handled: Int32Array;
+  /** Milliseconds computed by slot (see RunnerOptions.computed). */
+  computed: Int32Array;
   /** The turn word (see RunnerOptions.turn). */
   turn: Int32Array;
   /** What the turn word's start times count from. */

@@ -24,8 +24,8 @@ export class DeferredLauncher<L extends Launcher = Launcher> implements Launcher
     return this.ready;
   }
 
-  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
-    if (this.inner) return this.inner.launch(request, onEvent);
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void, caller?: unknown): LaunchedRun {
+    if (this.inner) return this.inner.launch(request, onEvent, caller);
     // Commands given before the launcher exists are replayed, in order, once it does.
     let run: LaunchedRun | undefined;
     const queued: ((run: LaunchedRun) => void)[] = [];
@@ -37,7 +37,7 @@ export class DeferredLauncher<L extends Launcher = Launcher> implements Launcher
         onEvent(sandboxFailure(0, message));
         return;
       }
-      run = this.inner.launch(request, onEvent);
+      run = this.inner.launch(request, onEvent, caller);
       for (const command of queued) command(run);
     });
     return {

@@ -130,7 +130,8 @@ export class Execution {
       this.highestSeq = Math.max(this.highestSeq, answer.seq);
     }
     options.onStart?.(this);
-    this.run = launcher.launch(options.request, (event) => this.onEvent(event));
+    const caller = options.handler.kind === "tools" ? options.handler.caller : undefined;
+    this.run = launcher.launch(options.request, (event) => this.onEvent(event), caller);
     if (this.finished) {
       // Ended while the run started (inline, its first turn runs inside launch(): a hook failed, or a tool closed the
       // sandbox), when it could not be stopped yet.

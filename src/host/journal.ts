@@ -9,7 +9,10 @@
 import { type CallOutcome, MAX_JOURNAL_CLOCK_READS, type VmEvent } from "../engine/protocol.ts";
 import type { CodemodeOutputItem } from "../types.ts";
 
-/** Characters a journal holds at most (call arguments and answers); past it the run can no longer be moved. */
+/**
+ * Characters a journal holds at most (call arguments and answers); past it the run can no longer be moved. Past half
+ * of it the run gets a VM side to itself.
+ */
 export const MAX_JOURNAL_CHARS = 8 * 1024 * 1024;
 
 /**
@@ -63,6 +66,14 @@ export class Journal {
   lostBecause = "";
 
   constructor(private readonly maxChars: number) {}
+
+  /**
+   * Whether it holds more than half of what it may (characters or clock values): its run gets a VM side to itself
+   * then, while it can still be rebuilt elsewhere (see PeerPool).
+   */
+  get nearLimits(): boolean {
+    return this.chars > this.maxChars / 2 || this.clock.length > MAX_JOURNAL_CLOCK_READS / 2;
+  }
 
   private count(chars: number): void {
     this.chars += chars;

@@ -51,9 +51,10 @@ export interface LaunchedRun {
 export interface Launcher {
   /**
    * Starts a run. Every event of the run reaches `onEvent`, ending with exactly one `done` (also when the VM side
-   * fails: then a `sandbox` error).
+   * fails: then a `sandbox` error). `caller` is whose run it is (`execute`'s `caller`, undefined for none): a launcher
+   * that keeps callers apart (the process tier) never has two callers' runs on one VM side at once.
    */
-  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun;
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void, caller?: unknown): LaunchedRun;
   /** Stops every run (each ends with `done`) and releases threads, processes and VMs. */
   close(): Promise<void>;
 }

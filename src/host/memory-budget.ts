@@ -33,11 +33,6 @@ export class GuestMemoryBudget {
     return true;
   }
 
-  /** Takes `bytes` even past the total (memory already in use, such as a VM that is still ending). */
-  hold(bytes: number): void {
-    this.used += bytes;
-  }
-
   release(bytes: number): void {
     this.used = Math.max(0, this.used - bytes);
     for (const listener of [...this.listeners]) listener();

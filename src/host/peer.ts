@@ -50,7 +50,15 @@ export interface PeerOptions {
   onRetire?(peer: HostPeer): void;
   /** The VM side says a turn has computed for long (message-based peers; shared ones are read, not told). */
   onBusy?(peer: HostPeer): void;
+  /**
+   * Whether the VM side must not be killed although run `exec` did not stop in time: it holds another run that cannot
+   * be rebuilt elsewhere. The stopped run is then waited for, as a stop behind another run's turn is.
+   */
+  keeps?(peer: HostPeer, exec: number): boolean;
 }
+
+/** The caller of a run that belongs to none (the pool's warm-up runs): it may sit beside anyone's. */
+export const NO_CALLER: unique symbol = Symbol("no caller");
 
 /**
  * What ended a VM side: `broken`, it broke the protocol (nothing it ran can be trusted); `unstopped`, a stopped run did
@@ -67,6 +75,13 @@ export interface PeerRun {
   deterministic: boolean;
   program: boolean;
   journal: boolean;
+  /** Whose run it is (see HostPeer.launch). */
+  caller: unknown;
+  /**
+   * Message-based VM sides: the time its turns computed that the VM side said were long (`busy`), plus LONG_TURN_MS
+   * each; shorter turns go unseen.
+   */
+  computedMs: number;
   /** Ids the VM side gave out so far: each call must carry the next one. */
   lastCallId: number;
   /** The calls its request's snapshot made (RunRequest.restore), or null: a run restored from it goes on from there. */
@@ -101,6 +116,9 @@ export class HostPeer {
   private busy: { exec: number; since: number } | null = null;
   /** The turn whose thread CPU time `computedMs` follows: its count, the CPU time when first seen, and the last read. */
   private longTurnSeen: { count: number; cpuAtFirst: number; cpuMs: number; readAt: number } | undefined;
+  /** The caller whose runs it holds, while `callerRuns` > 0 (runs of NO_CALLER are not counted). */
+  private caller: unknown;
+  private callerRuns = 0;
   private readonly slots: number[] = [];
   private readonly slotRuns = new IdMap<number>();
   /** The highest run id sent: a message for a higher one (or 0) is a protocol break, a lower unknown one is late. */
@@ -140,18 +158,39 @@ export class HostPeer {
 
   // ---- runs ----
 
-  /** Sends a run; false when the channel refused its request (too large to carry): nothing was sent. */
-  launch(request: UnplacedRequest, how: Seeding, exec: number, onEvent: (event: VmEvent) => void): string | true {
+  /** Whether it may take a run of `caller`: it holds no run of another caller (NO_CALLER's aside). */
+  takesCaller(caller: unknown): boolean {
+    return caller === NO_CALLER || this.callerRuns === 0 || Object.is(this.caller, caller);
+  }
+
+  /**
+   * Sends a run of `caller` (any value; NO_CALLER for none); false when the channel refused its request (too large to
+   * carry): nothing was sent.
+   */
+  launch(
+    request: UnplacedRequest,
+    how: Seeding,
+    exec: number,
+    onEvent: (event: VmEvent) => void,
+    caller: unknown = NO_CALLER,
+  ): string | true {
     const slot = this.slots.pop();
     if (slot === undefined) throw new Error("launch(): the VM side has no free slot");
     const shared = this.channel.shared;
     if (shared) {
       Atomics.store(shared.stopFlags, slot, StopCode.none);
       Atomics.store(shared.handled, slot, 0);
+      Atomics.store(shared.computed, slot, 0);
+    }
+    if (caller !== NO_CALLER) {
+      this.caller = caller;
+      this.callerRuns++;
     }
     const run: PeerRun = {
       exec,
       slot,
+      caller,
+      computedMs: 0,
       onEvent,
       deterministic: request.deterministic !== null,
       program: request.program !== null,
@@ -256,7 +295,7 @@ export class HostPeer {
         const computing = this.computing();
         // Another run's turn, or the turn of a moved run's copy (which has a grace of its own).
         const another = computing !== undefined && computing.exec !== run.exec && this.runs.has(computing.exec);
-        if (another) this.armGrace(run, true);
+        if (another || this.options.keeps?.(this, run.exec)) this.armGrace(run, true);
         else if (late) this.armGrace(run, behindTurn);
         else if (behindTurn) this.armGrace(run);
         else this.kill(`the ${this.options.what} did not stop a run in time`, "unstopped");
@@ -320,6 +359,36 @@ export class HostPeer {
     return Math.min(wallMs, WALL_TIMED_MS + seen.cpuMs - seen.cpuAtFirst);
   }
 
+  /**
+   * How long run `exec` has computed on this VM side so far, in ms: what rebuilding it elsewhere computes again. Across
+   * a pipe only its turns of LONG_TURN_MS or more are seen.
+   */
+  computedBy(exec: number): number {
+    const run = this.runs.get(exec);
+    if (!run) return 0;
+    const shared = this.channel.shared;
+    return shared ? Atomics.load(shared.computed, run.slot) : run.computedMs;
+  }
+
+  /** Runs sent that have said nothing yet: not begun, or computing their first turn. */
+  unstarted(): number {
+    let count = 0;
+    for (const run of this.runs.values()) if (run.events === 0 && !run.abandoned) count++;
+    return count;
+  }
+
+  /** Whether run `exec` has said anything yet (see `unstarted`). */
+  heardFrom(exec: number): boolean {
+    return (this.runs.get(exec)?.events ?? 0) > 0;
+  }
+
+  /** Whether it computes no turn and no command waits for it: a run sent now starts at once. */
+  idle(): boolean {
+    if (this.computing() !== undefined) return false;
+    for (const run of this.runs.values()) if (this.waitsBehindTurn(run.exec)) return false;
+    return true;
+  }
+
   /** Whether run `exec` has a command the VM side has not taken yet (it waits behind another run's turn). */
   waitsBehindTurn(exec: number): boolean {
     const run = this.runs.get(exec);
@@ -371,6 +440,7 @@ export class HostPeer {
         if (exec !== null && !this.runs.has(exec)) {
           throw new ProtocolError("the VM side said it computes a run it does not have");
         }
+        this.endBusy();
         this.busy = exec === null ? null : { exec, since: performance.now() };
         if (exec !== null) this.options.onBusy?.(this);
         return;
@@ -425,11 +495,20 @@ export class HostPeer {
     if (!run.abandoned) run.onEvent(event);
   }
 
+  /** The long turn the VM side said it computes has ended: its run computed that long. */
+  private endBusy(): void {
+    const busy = this.busy;
+    if (busy === null) return;
+    const run = this.runs.get(busy.exec);
+    if (run) run.computedMs += performance.now() - busy.since + LONG_TURN_MS;
+  }
+
   /** Forgets a run whose `done` came (or that was never sent), freeing its slot. */
   private release(run: PeerRun): void {
     this.runs.delete(run.exec);
     this.slotRuns.delete(run.slot);
     this.slots.push(run.slot);
+    if (run.caller !== NO_CALLER) this.callerRuns--;
     if (this.busy?.exec === run.exec) this.busy = null;
     if (run.stopTimer) clearTimeout(run.stopTimer);
     ended(run);

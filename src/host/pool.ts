@@ -4,12 +4,15 @@
  * - New work never goes to a VM side that computes a long turn. When every one does (or is full), the pool grows, up
  *   to `maxSize`, and extra VM sides are closed again once idle.
  * - A run that waits behind another run's long turn (its start, or a call's answer, not taken yet) moves to another VM
- *   side: it is rebuilt there from its journal (journal.ts), none of its calls made again.
+ *   side once it has waited as long as the move costs (what it computed so far, which its rebuild computes again), at
+ *   most MAX_MOVES_PER_RUN times: it is rebuilt there from its journal (journal.ts), none of its calls made again.
  * - A VM side that is killed (a run that did not stop in time, a protocol break) takes only that run: the others are
- *   rebuilt elsewhere the same way. A run whose journal is lost (too large) fails with the VM side instead, saying
- *   which limit its journal passed.
- * - Every run holds its memory limit from the host's guest-memory budget while its VM runs; one that does not fit
- *   waits (its deadline still counting).
+ *   rebuilt elsewhere the same way. A run whose journal nears its limits gets a VM side to itself (no other run is
+ *   placed beside it), and once it can no longer be rebuilt, its VM side is not killed for another run's sake.
+ * - Every run holds its memory limit from the host's guest-memory budget while its VM runs, and so does the copy a
+ *   move leaves behind until it ends; a run that does not fit waits (its deadline still counting), and a move that
+ *   does not fit waits first.
+ * - With `separateCallers`, a VM side holds the runs of one caller at a time.
  * - Once every VM side computes a long turn, a spare starts before new work arrives (booting one takes longer than
  *   most executions), and a sandbox that was warmed warms the spare too.
  */
@@ -32,9 +35,12 @@ import type { HostChannel } from "./channel.ts";
 import { Journal, MAX_JOURNAL_CHARS, Replay } from "./journal.ts";
 import { type LaunchedRun, type Launcher, type LaunchRequest, launchRequest } from "./launcher.ts";
 import type { GuestMemoryBudget } from "./memory-budget.ts";
-import { type GoneCause, HostPeer } from "./peer.ts";
+import { type GoneCause, HostPeer, NO_CALLER } from "./peer.ts";
 
-/** How long a turn may compute before the VM side counts as stuck: no new work, and waiting runs move away. */
+/**
+ * How long a turn may compute before the VM side counts as stuck: no new work, and runs that wait behind it may move
+ * away (see PeerPool.worthMoving).
+ */
 export const STUCK_AFTER_MS = 5;
 /**
  * How long a turn may compute before new work prefers another VM side. A short turn (most are tens of microseconds)
@@ -81,6 +87,12 @@ export function tooLargeAnswer(what: string, refused: string): CallOutcome {
  */
 export const MAX_CRASHES_PER_RUN = 2;
 
+/**
+ * Times one run moves away from another's long turn at most (rebuilds after a lost VM side aside): past it, it waits
+ * where it is. Each move waits first as long as the move costs, so that moving never costs more than waiting would.
+ */
+export const MAX_MOVES_PER_RUN = 3;
+
 export interface PeerPoolOptions {
   /** Opens the channel to a new VM side (starts a worker thread, a child process, a transport). */
   open(): HostChannel;
@@ -103,6 +115,8 @@ export interface PeerPoolOptions {
   lazy?: boolean;
   /** Warm-up runs of each new VM side; default WARM_RUNS. */
   warmRuns?: number;
+  /** A VM side holds the runs of one caller at a time (see Launcher.launch). */
+  separateCallers?: boolean;
 }
 
 /**
@@ -171,6 +185,17 @@ interface PoolRun {
   crashes: number;
   /** A snapshot was asked for and has not come: asked again of the VM side a move takes it to. */
   capturing: boolean;
+  /** Whose run it is (NO_CALLER in a pool that does not keep callers apart). */
+  caller: unknown;
+  /** Times it moved away from another run's long turn (see MAX_MOVES_PER_RUN). */
+  moves: number;
+  /** Since when it waits behind other runs' turns, as the pool saw it, and for which command (its count sent). */
+  behind: { sent: number; since: number } | undefined;
+  /**
+   * It has a VM side to itself: its journal nears its limits (or it has none), and a run that cannot be rebuilt
+   * elsewhere must not sit beside one that may get their VM side killed.
+   */
+  alone: boolean;
 }
 
 export class PeerPool implements Launcher {
@@ -188,6 +213,10 @@ export class PeerPool implements Launcher {
   private readonly stopGraceMs: number;
   private readonly unlisten: () => void;
   private readonly counts = { peak: 0, lost: 0, moved: 0 };
+  /** VM sides kept for one run alone (see PoolRun.alone): no other run is placed there. */
+  private readonly kept = new Map<HostPeer, PoolRun>();
+  /** A move waits for memory from the budget: new runs wait behind it (see checkStuck). */
+  private moveWaits = false;
 
   constructor(private readonly options: PeerPoolOptions) {
     const { size, maxSize } = options;
@@ -271,6 +300,10 @@ export class PeerPool implements Launcher {
       onGone: (p, reason, cause) => this.onGone(p, reason, cause),
       onRetire: (p) => this.onRetire(p),
       onBusy: () => this.checkStuck(),
+      keeps: (p, exec) => {
+        const run = this.kept.get(p);
+        return run !== undefined && run.exec !== exec && run.journal === undefined && !run.done;
+      },
     });
     this.peers.push(peer);
     this.counts.peak = Math.max(this.counts.peak, this.peerCount);
@@ -285,7 +318,7 @@ export class PeerPool implements Launcher {
     return peer;
   }
 
-  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void, caller?: unknown): LaunchedRun {
     const movable = this.options.movable ?? true;
     const run: PoolRun = {
       request,
@@ -301,6 +334,10 @@ export class PeerPool implements Launcher {
       done: false,
       crashes: 0,
       capturing: false,
+      caller: this.options.separateCallers ? caller : NO_CALLER,
+      moves: 0,
+      behind: undefined,
+      alone: !movable,
     };
     const handle: LaunchedRun = {
       settle: (id, outcome, seq, now) => this.settle(run, id, outcome, seq, now),
@@ -333,10 +370,10 @@ export class PeerPool implements Launcher {
     while (this.waiting.length > 0 && !this.closed) {
       const run = this.waiting[0] as PoolRun;
       if (!run.reserved) {
-        if (!this.options.budget.tryReserve(run.request.memoryLimitBytes)) return;
+        if (this.moveWaits || !this.options.budget.tryReserve(run.request.memoryLimitBytes)) return;
         run.reserved = true;
       }
-      const peer = this.pick(undefined);
+      const peer = this.pick(undefined, run);
       if (!peer) {
         // Every VM side is full or stuck and the pool is at its largest: look again shortly.
         this.scheduleCheck();
@@ -348,22 +385,29 @@ export class PeerPool implements Launcher {
   }
 
   /**
-   * The VM side for new work (or a run that moves): a booted one with room that does not compute a long turn,
-   * preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the fewest runs. When there is none,
-   * the pool grows (one VM side at a time, up to its largest) and the work waits in the pool until one is free,
+   * The VM side for `run` (new, or moving away from `except`): a booted one with room that does not compute a long turn
+   * and may hold it (see mayHold), preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the
+   * fewest runs; for a move, only an idle one (a move to a VM side with work queued trades one wait for another, and
+   * runs that moved together would wait behind each other), or one with fewer runs queued (see below). When there is
+   * none, the pool grows (one VM side at a time, up to its largest) and the run waits in the pool until one is free,
    * rather than behind a long turn or a boot it may not need.
    */
-  private pick(except: HostPeer | undefined): HostPeer | undefined {
+  private pick(except: HostPeer | undefined, run: PoolRun): HostPeer | undefined {
     let best: HostPeer | undefined;
     let bestScore = Number.POSITIVE_INFINITY;
     let booting = false;
+    // A run that has not begun where it waits may also move to a VM side with fewer such runs queued than the one it
+    // leaves (even after it moved): a burst that landed on one VM side spreads over the others as they come up, and
+    // no run moves back and forth.
+    const queuedFrom = except !== undefined && !except.heardFrom(run.exec) ? except.unstarted() : 0;
     for (const peer of this.peers) {
       if (peer.dead) continue;
       if (!peer.booted) {
         booting = true;
         continue;
       }
-      if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS)) continue;
+      if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS) || !this.mayHold(peer, run)) continue;
+      if (except !== undefined && !peer.idle() && peer.unstarted() + 2 > queuedFrom) continue;
       const score = (this.longTurn(peer, BUSY_AFTER_MS) ? 1e6 : 0) + peer.runs.size;
       if (score < bestScore) {
         best = peer;
@@ -371,8 +415,20 @@ export class PeerPool implements Launcher {
       }
     }
     if (best) return best;
-    if (!booting && this.peerCount < this.options.maxSize) this.spawn();
+    // A move waits for the spare the pool starts once every VM side computes long (watchSpare), so that runs that
+    // would wait behind others' turns for less than a boot start none; a lazy pool starts VM sides only for work.
+    const starts = except === undefined || this.options.lazy === true;
+    if (starts && !booting && this.peerCount < this.options.maxSize) this.spawn();
     return undefined;
+  }
+
+  /**
+   * Whether `run` may go to the VM side: a run that is to be alone only to one that holds nothing; any other to one
+   * that is not kept for a run alone and holds no other caller's runs.
+   */
+  private mayHold(peer: HostPeer, run: PoolRun): boolean {
+    if (run.alone) return peer.runs.size === 0;
+    return !this.kept.has(peer) && peer.takesCaller(run.caller);
   }
 
   /** Whether a booted VM side has room and does not compute a run's turn of `longMs` or more. */
@@ -414,6 +470,7 @@ export class PeerPool implements Launcher {
 
   private place(run: PoolRun, peer: HostPeer): void {
     const exec = ++this.lastExec;
+    if (run.alone) this.keepFor(run, peer);
     run.peer = peer;
     run.exec = exec;
     this.byExec.set(exec, run);
@@ -421,7 +478,7 @@ export class PeerPool implements Launcher {
     this.watchSpare();
     const { random, journal } = run.seeding;
     const seeding = run.replay ? { random, journal, replayClock: [...(run.journal as Journal).clock] } : run.seeding;
-    const sent = peer.launch(run.request, seeding, exec, (event) => this.onEvent(run, exec, event));
+    const sent = peer.launch(run.request, seeding, exec, (event) => this.onEvent(run, exec, event), run.caller);
     if (sent !== true) {
       this.byExec.delete(exec);
       run.peer = undefined;
@@ -497,11 +554,27 @@ export class PeerPool implements Launcher {
     run.onEvent(event);
   }
 
-  /** A journal that could not keep everything is let go: the run stays where it is, and says why if it must fail. */
+  /**
+   * A journal that nears its limits gets its run a VM side to itself: the one it is on, where no other run goes from
+   * now on (those there already end or move away). One that could not keep everything is let go: the run stays where
+   * it is, and says why if it must fail.
+   */
   private checkJournal(run: PoolRun): void {
-    if (!run.journal?.lost) return;
-    run.unmovable = run.journal.lostBecause;
-    run.journal = undefined;
+    const journal = run.journal;
+    if (journal === undefined) return;
+    if (journal.lost) {
+      run.unmovable = journal.lostBecause;
+      run.journal = undefined;
+    } else if (!journal.nearLimits) return;
+    if (run.alone) return;
+    run.alone = true;
+    if (run.peer) this.keepFor(run, run.peer);
+  }
+
+  /** Keeps `peer` for `run` alone (see PoolRun.alone), instead of the VM side it had. */
+  private keepFor(run: PoolRun, peer: HostPeer): void {
+    if (run.peer && this.kept.get(run.peer) === run) this.kept.delete(run.peer);
+    this.kept.set(peer, run);
   }
 
   /** A rebuilt run went another way than its first attempt (it read something that changed): it fails, not acts. */
@@ -525,6 +598,7 @@ export class PeerPool implements Launcher {
   private finish(run: PoolRun): void {
     if (run.done) return;
     run.done = true;
+    if (run.alone) for (const [peer, kept] of this.kept) if (kept === run) this.kept.delete(peer);
     run.journal = undefined;
     run.replay = undefined;
     if (run.reserved) {
@@ -555,12 +629,14 @@ export class PeerPool implements Launcher {
   }
 
   /**
-   * Moves runs that wait behind a long turn to other VM sides, and ends a run whose one turn computed past its whole
-   * CPU limit (a built-in the VM cannot interrupt); looks again while either may still happen.
+   * Moves runs that wait behind a long turn to other VM sides (see worthMoving), and ends a run whose one turn computed
+   * past its whole CPU limit (a built-in the VM cannot interrupt); looks again while either may still happen. A move
+   * that finds no memory in the budget keeps new runs from taking it until the next look.
    */
   private checkStuck(): void {
     if (this.closed) return;
     let again = false;
+    this.moveWaits = false;
     for (const peer of [...this.peers]) {
       if (peer.dead) continue;
       const computing = peer.computing();
@@ -571,12 +647,19 @@ export class PeerPool implements Launcher {
         else again = true;
       }
       for (const entry of [...peer.runs.values()]) {
-        if (entry.exec === computing?.exec || !peer.waitsBehindTurn(entry.exec)) continue;
         const run = this.byExec.get(entry.exec);
         if (!run || run.done || run.stopped) continue;
-        // Its command is not taken yet: look again until it is, and move it once the turn ahead of it runs long.
+        if (entry.exec === computing?.exec || !peer.waitsBehindTurn(entry.exec)) {
+          run.behind = undefined;
+          continue;
+        }
+        // Its command is not taken yet: look again until it is, and move it once the turns ahead of it run long.
         again = true;
-        if (this.longTurn(peer, STUCK_AFTER_MS) && run.journal) this.move(run, peer);
+        const now = performance.now();
+        if (run.behind?.sent !== entry.sent) run.behind = { sent: entry.sent, since: now };
+        if (this.longTurn(peer, STUCK_AFTER_MS) && this.worthMoving(run, peer, now - run.behind.since)) {
+          this.move(run, peer);
+        }
       }
     }
     this.pump();
@@ -598,28 +681,46 @@ export class PeerPool implements Launcher {
     run.onEvent({ type: "done", exec, result: runFailure("cpu_limit", "timeout", message, CPU_LIMIT_ERROR) });
   }
 
-  /** Rebuilds a run on another VM side from its journal; false when there is none to take it. */
-  private move(run: PoolRun, from: HostPeer): boolean {
-    const target = this.pick(from);
-    if (!target) return false;
-    if (!from.dead) {
-      // The copy left behind holds VM memory until it ends: it counts against the budget as well (new work may wait).
-      const bytes = run.request.memoryLimitBytes;
-      this.options.budget.hold(bytes);
-      const deadline = run.request.deadline;
-      const untilDeadline = deadline === null ? 0 : Math.max(0, deadline - Date.now());
-      from.abandon(run.exec, () => this.options.budget.release(bytes), untilDeadline);
+  /**
+   * Whether a run that has waited `waitedMs` behind other runs' turns (one of them long now) moves: it can (it has a
+   * journal and moves left), and it has waited as long as its move costs, the time it computed so far, which its
+   * rebuild computes again. Waiting up to the cost of the alternative, then taking it, costs at most twice the better
+   * of the two (ski rental), whatever the turns ahead do; a run that has computed nothing moves once it has waited
+   * STUCK_AFTER_MS.
+   */
+  private worthMoving(run: PoolRun, peer: HostPeer, waitedMs: number): boolean {
+    if (run.journal === undefined || run.moves >= MAX_MOVES_PER_RUN) return false;
+    return waitedMs >= STUCK_AFTER_MS + peer.computedBy(run.exec);
+  }
+
+  /**
+   * Rebuilds a run on another VM side from its journal, if one takes it and the budget has memory for the new copy
+   * beside the one left behind (which holds the run's memory until it ends). A move that finds no memory waits for it
+   * before new runs (see checkStuck).
+   */
+  private move(run: PoolRun, from: HostPeer): void {
+    const target = this.pick(from, run);
+    if (!target) return;
+    const budget = this.options.budget;
+    const bytes = run.request.memoryLimitBytes;
+    if (!budget.tryReserve(bytes)) {
+      this.moveWaits = true;
+      return;
     }
+    const deadline = run.request.deadline;
+    const untilDeadline = deadline === null ? 0 : Math.max(0, deadline - Date.now());
+    from.abandon(run.exec, () => budget.release(bytes), untilDeadline);
     this.byExec.delete(run.exec);
     run.replay = new Replay(run.journal as Journal);
+    run.moves++;
     this.counts.moved++;
     this.place(run, target);
-    return true;
   }
 
   private onGone(peer: HostPeer, reason: string, cause: GoneCause): void {
     const index = this.peers.indexOf(peer);
     if (index >= 0) this.peers.splice(index, 1);
+    this.kept.delete(peer);
     this.cancelIdle(peer);
     if (peer.runs.size > 0 && !this.closed) this.counts.lost++;
     // A VM side that ended by itself may have been ended by the run it computed (if it said which): that one fails
@@ -649,7 +750,7 @@ export class PeerPool implements Launcher {
         // Rebuilt elsewhere; if no VM side can take it now, it waits for one.
         run.replay = new Replay(run.journal);
         this.counts.moved++;
-        const target = this.pick(undefined);
+        const target = this.pick(undefined, run);
         if (target) this.place(run, target);
         else this.waiting.unshift(run);
         continue;

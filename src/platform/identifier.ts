@@ -3,6 +3,7 @@
  * become `_`. `mcp__docs__search` stays as it is, `my-tool` becomes `my_tool`.
  */
 export function toCodemodeIdentifier(name: string): string {
+  if (isIdentifier(name)) return name;
   let identifier = "";
   for (const char of name) {
     const valid = identifier === "" ? /^[A-Za-z_$]$/.test(char) : /^[A-Za-z0-9_$]$/.test(char);

@@ -10,7 +10,7 @@ const nodeProcess = (globalThis as { process?: NodeProcess }).process;
  * One of Node's built-in modules where the runtime has them (Node, Bun), without a static `node:` import, which the
  * portable entry may not contain; undefined elsewhere (Workers without Node compatibility).
  */
-export function nodeBuiltin<T>(id: "module" | "os" | "crypto" | "v8" | "vm" | "fs"): T | undefined {
+export function nodeBuiltin<T>(id: "module" | "os" | "crypto" | "v8" | "vm" | "fs" | "worker_threads"): T | undefined {
   return nodeProcess?.getBuiltinModule?.(id) as T | undefined;
 }
 

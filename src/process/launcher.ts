@@ -45,6 +45,8 @@ export class ProcessPool implements Launcher {
       budget: options.budget,
       bootTimeoutMs: BOOT_TIMEOUT_MS,
       stopGraceMs: options.stopGraceMs ?? REMOTE_STOP_GRACE_MS,
+      // A child is a boundary the operating system keeps: one that a program broke out of holds no other caller's runs.
+      separateCallers: true,
     });
   }
 
@@ -72,8 +74,8 @@ export class ProcessPool implements Launcher {
     return this.pool.stats;
   }
 
-  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void): LaunchedRun {
-    return this.pool.launch(request, onEvent);
+  launch(request: LaunchRequest, onEvent: (event: VmEvent) => void, caller?: unknown): LaunchedRun {
+    return this.pool.launch(request, onEvent, caller);
   }
 
   close(): Promise<void> {

@@ -21,7 +21,7 @@ import { booleanOption, durationOption, integerOption, optionKeys, refuseUnknown
 import { explainScriptError } from "../source/script-errors.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/source-error.ts";
-import { stripTypeScript } from "../source/typescript.ts";
+import { StripThreadError, stripTypeScriptOnThread } from "../source/strip-thread.ts";
 import { startTrace } from "../tracing/index.ts";
 import type {
   CodemodeExecuteOptions,
@@ -103,6 +103,8 @@ interface RegistryView {
 
 export abstract class CodemodeSandboxBase {
   private readonly toolMap = new Map<string, CodemodeTool>();
+  /** The registered tools' names by identifier (`tools.<id>`), so that a new tool is checked at once. */
+  private readonly toolIds = new Map<string, string>();
   private readonly globalMap = new Map<string, CodemodeTool>();
   private view: RegistryView | undefined;
   /** Open executions by a number of their own (an IdMap: see id-map.ts), so that close() stops them. */
@@ -154,7 +156,7 @@ export abstract class CodemodeSandboxBase {
    * looked up on each call.
    */
   registerTool(tool: CodemodeTool): void {
-    checkNewTool(tool, [...this.toolMap.values()]);
+    this.toolIds.set(checkNewTool(tool, this.toolIds), tool.name);
     this.toolMap.set(tool.name, tool);
     this.view = undefined;
   }
@@ -162,6 +164,9 @@ export abstract class CodemodeSandboxBase {
   /** Removes a tool; running executions that call it get an error. Returns whether it was registered. */
   unregisterTool(name: string): boolean {
     this.view = undefined;
+    const tool = this.toolMap.get(name);
+    if (tool === undefined) return false;
+    this.toolIds.delete(toCodemodeIdentifier(tool.name));
     return this.toolMap.delete(name);
   }
 
@@ -216,8 +221,9 @@ export abstract class CodemodeSandboxBase {
     }
     const store = encodeStore(options.store);
     if (this.closed) throw this.closedError("execute");
-    const script = this.compile(code);
+    const script = this.typescript ? await this.compile(code) : code;
     if (typeof script !== "string") return script;
+    if (this.closed) return closedWhileCompiling();
     // The execution keeps the tools it started with; registering or removing tools affects later executions only.
     const view = this.registryView();
     const request = this.request(script, store, timeoutMs, null, view.configuration);
@@ -281,7 +287,6 @@ export abstract class CodemodeSandboxBase {
     const timeoutMs = durationOption(options.timeoutMs, "timeoutMs", true) ?? Number.POSITIVE_INFINITY;
     const store = encodeStore(options.store);
     if (this.closed) throw this.closedError("start");
-    const script = this.compile(code);
     checkLists(options);
     // A tool is both tools.<id> and tools[<name>]: no two tools may define the same property.
     const claimed = new Map<string, string>();
@@ -324,43 +329,50 @@ export abstract class CodemodeSandboxBase {
       globalNames.push(g.name);
       return { name: g.name, spread: g.spread === true };
     });
-    const request = this.request(
-      typeof script === "string" ? script : "",
-      store,
-      timeoutMs,
-      { startedAt: options.startedAt, seed: options.seed },
-      runConfiguration({ tools, globals, deterministic: true, program: false }),
-    );
-    // A script that did not compile (TypeScript) has its result already: nothing runs, and no hook is called.
-    const id = ++this.lastExecution;
-    const execution =
-      typeof script !== "string"
-        ? undefined
-        : new Execution(this.launcher, {
-            request,
-            handler: {
-              kind: "deterministic",
-              // Checked on the host too: the run's calls are of these names, whatever the VM side sends.
-              declared: { tools: new Set(tools.map((t) => t.name)), globals: new Set(globalNames) },
-              onStarted: options.onStarted,
-              onCall: options.onCall,
-              onIdle: options.onIdle,
-            },
-            signal: options.signal,
-            timeoutMs,
-            onStart: (e) => this.executions.set(id, e),
-            onEnd: () => this.executions.delete(id),
-          });
-    const result = execution
-      ? execution.result.then((ended) => explained(ended, code))
-      : Promise.resolve(script as CodemodeResult);
+    const configuration = runConfiguration({ tools, globals, deterministic: true, program: false });
+    let execution: Execution | undefined;
+    const launch = (script: string): Promise<CodemodeResult> => {
+      const id = ++this.lastExecution;
+      execution = new Execution(this.launcher, {
+        request: this.request(
+          script,
+          store,
+          timeoutMs,
+          { startedAt: options.startedAt, seed: options.seed },
+          configuration,
+        ),
+        handler: {
+          kind: "deterministic",
+          // Checked on the host too: the run's calls are of these names, whatever the VM side sends.
+          declared: { tools: new Set(tools.map((t) => t.name)), globals: new Set(globalNames) },
+          onStarted: options.onStarted,
+          onCall: options.onCall,
+          onIdle: options.onIdle,
+        },
+        signal: options.signal,
+        timeoutMs,
+        onStart: (e) => this.executions.set(id, e),
+        onEnd: () => this.executions.delete(id),
+      });
+      return execution.result.then((ended) => explained(ended, code));
+    };
+    // A TypeScript script runs once its types are stripped; one that does not strip has its result without running,
+    // and no hook is called.
+    let compiling = this.typescript;
+    const result = this.typescript
+      ? this.compile(code).then((script) => {
+          compiling = false;
+          if (typeof script !== "string") return script;
+          return this.closed ? closedWhileCompiling() : launch(script);
+        })
+      : launch(code);
     return {
       result,
       get finished() {
-        return execution?.finished ?? true;
+        return execution?.finished ?? !compiling;
       },
       deliver: (seq, now, id, outcome) => {
-        if (!execution) throw new Error("deliver(): the run has finished");
+        if (!execution) throw new Error("deliver(): the run has not started or has finished");
         execution.deliver(seq, now, id, outcome);
       },
     };
@@ -421,12 +433,17 @@ export abstract class CodemodeSandboxBase {
     return new Error(`${method}(): this ${this.constructor.name} is closed; create a new sandbox to run more scripts`);
   }
 
-  /** The JavaScript to run, or the failed result of a TypeScript script that does not parse. */
-  private compile(code: string): string | CodemodeResult {
-    if (!this.typescript) return code;
+  /**
+   * The JavaScript of a TypeScript script, its types stripped on the strip thread (host/typescript-thread.ts), or
+   * the failed result of one that does not strip: a script error, or a sandbox error when the thread cannot start.
+   */
+  private async compile(code: string): Promise<string | CodemodeResult> {
     try {
-      return stripTypeScript(code);
+      return await stripTypeScriptOnThread(code);
     } catch (error) {
+      if (error instanceof StripThreadError) {
+        return { ok: false, error: { kind: "sandbox", message: error.message }, output: [], calls: [] };
+      }
       if (!(error instanceof CodemodeSourceError)) throw error;
       const where = error.line === undefined ? "" : `\n    at codemode.js:${error.line}:${error.column ?? 1}`;
       return {
@@ -463,6 +480,11 @@ export abstract class CodemodeSandboxBase {
   }
 }
 
+/** The result of an execution whose sandbox closed while its TypeScript was stripped, as an open one's would be. */
+function closedWhileCompiling(): CodemodeResult {
+  return { ok: false, error: { kind: "aborted", message: "Sandbox closed" }, output: [], calls: [] };
+}
+
 /** A failed result with its engine-worded error explained from the script's own lines (see script-errors.ts). */
 function explained(result: CodemodeResult, code: string): CodemodeResult {
   if (result.ok) return result;
@@ -471,20 +493,20 @@ function explained(result: CodemodeResult, code: string): CodemodeResult {
 }
 
 /**
- * Throws unless `tool` can join the `registered` tools: well-formed, with a name and a `tools.<name>` of its own.
- * Exported so that `airlock declarations` refuses the tool lists a sandbox refuses, with the same messages.
+ * Throws unless `tool` can join the `registered` tools (their names by identifier): well-formed, with a name and a
+ * `tools.<name>` of its own; returns its identifier. Exported so that `airlock declarations` refuses the tool lists a
+ * sandbox refuses, with the same messages.
  */
-export function checkNewTool(tool: CodemodeTool, registered: readonly CodemodeTool[]): void {
+export function checkNewTool(tool: CodemodeTool, registered: ReadonlyMap<string, string>): string {
   checkTool(tool, "tool");
-  if (registered.some((other) => other.name === tool.name)) {
-    throw new Error(`a tool named "${tool.name}" is already registered`);
-  }
+  // A name has one identifier, so a name registered already is found under the new tool's.
   const id = toCodemodeIdentifier(tool.name);
-  for (const other of registered) {
-    if (toCodemodeIdentifier(other.name) === id) {
-      throw new Error(`tools "${other.name}" and "${tool.name}" would both be tools.${id}; rename one of them`);
-    }
+  const other = registered.get(id);
+  if (other === tool.name) throw new Error(`a tool named "${tool.name}" is already registered`);
+  if (other !== undefined) {
+    throw new Error(`tools "${other}" and "${tool.name}" would both be tools.${id}; rename one of them`);
   }
+  return id;
 }
 
 /** Throws unless `tools` and `globals`, where given, are arrays (a sandbox's own, or a deterministic run's). */

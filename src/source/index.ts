@@ -21,4 +21,4 @@ export {
   type TypecheckResult,
   typecheckScript,
 } from "./typecheck.ts";
-export { stripTypeScript } from "./typescript.ts";
+export { MAX_TYPESCRIPT_CHARS, stripTypeScript } from "./typescript.ts";

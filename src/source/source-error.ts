@@ -11,6 +11,8 @@
  * - `typescript`: the TypeScript (or JavaScript) has a syntax error.
  * - `typescript-unsupported`: the TypeScript uses a construct that needs code generation rather than type
  *   removal (enums, namespaces, parameter properties, `<T>value` assertions).
+ * - `typescript-limit`: the TypeScript could not be stripped within Airlock's limits: longer than
+ *   `MAX_TYPESCRIPT_CHARS`, nested too deeply for the stripper, or not stripped within `TYPESCRIPT_STRIP_TIMEOUT_MS`.
  */
 export type CodemodeSourceRule =
   | "empty"
@@ -21,7 +23,8 @@ export type CodemodeSourceRule =
   | "options-without-code"
   | "options-not-first-line"
   | "typescript"
-  | "typescript-unsupported";
+  | "typescript-unsupported"
+  | "typescript-limit";
 
 /** Where in the script a problem is: 1-based line and column (column counted in UTF-16 code units). */
 export interface CodemodeSourcePosition {

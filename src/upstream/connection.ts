@@ -123,6 +123,8 @@ function owedAnswers(transport: Transport, onFlood: () => void): void {
   transport.send = async (message, options) => {
     if ("method" in message) return send(message, options);
     if (owed >= MAX_UPSTREAM_OWED_ANSWERS) {
+      // What it sends until it is gone is dropped: the requests already in the pipe would each hold a handler.
+      transport.onmessage = () => {};
       onFlood();
       throw new Error("the server takes no more answers");
     }

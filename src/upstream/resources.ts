@@ -13,7 +13,7 @@ import {
   type Resource,
   type ResourceTemplate,
 } from "@modelcontextprotocol/sdk/types.js";
-import { nodeBuiltin } from "../platform/platform.ts";
+import { MAX_RESOURCE_URI_CHARS } from "./upstream-limits.ts";
 import type { McpUpstream } from "./server.ts";
 import { MCP_TOOL_SEPARATOR } from "./tool-names.ts";
 import type { McpToolset } from "./toolset.ts";
@@ -164,7 +164,7 @@ export class UpstreamResources {
     let checks = 0;
     for (const { server, pattern } of this.templates) {
       if (!uri.startsWith(pattern.prefix)) continue;
-      if (pattern.regex === undefined || pattern.regex.test(uri)) return server;
+      if (pattern.test(uri)) return server;
       if (++checks === MAX_TEMPLATE_CHECKS) return undefined;
     }
     return undefined;
@@ -205,60 +205,78 @@ const MAX_TEMPLATE_VARIABLES = 16;
 /** Most template patterns tried for one URI (those whose literal start it has). */
 export const MAX_TEMPLATE_CHECKS = 8;
 
-/** What a URI must start with, and the whole pattern where a linear-time one can be made (undefined: the start only). */
+/** A URI template's expansions: the literal start they share, and the whole test. */
 export interface TemplatePattern {
   prefix: string;
-  regex: RegExp | undefined;
+  /** Whether `uri` is one of the template's expansions. */
+  test(uri: string): boolean;
 }
 
+/** A variable: a run of characters without `/` (`{var}` and most operators), or of any characters (`{+var}`, `{#var}`). */
+const SEGMENT = -1;
+const ANY = -2;
+
 /**
- * A pattern matching the URIs an RFC 6570 template expands to: `{var}` one path segment (no `/`), `{+var}` and
- * `{#var}` anything, other operators a run of characters without `/`. Undefined for a template that is too large.
- * The expression runs on V8's linear-time engine: a backtracking one takes exponential time over a template of several
- * `{+var}` and a long URI (30 of them over 40 characters: 50 s).
+ * The URIs an RFC 6570 template expands to: `{var}` one path segment (no `/`), `{+var}` and `{#var}` anything, other
+ * operators a run of characters without `/`. Undefined for a template that is too large. A URI is matched by following
+ * every way through the template at once, one character after the other (at most the template's length of ways,
+ * so at most MAX_RESOURCE_URI_CHARS x MAX_TEMPLATE_CHARS steps): as a backtracking regular expression, `{a}{b}{c}` tried
+ * every split of a URI that does not match (2,000 characters: 7 s), and 30 `{+var}` over 40 characters took 50 s.
  */
 export function templatePattern(template: string): TemplatePattern | undefined {
   if (template.length > MAX_TEMPLATE_CHARS) return undefined;
-  let source = "";
+  // Each unit: a character code to match, or a variable; two variables in a row are one (ANY if either is).
+  const units: number[] = [];
   let rest = template;
   let variables = 0;
   const open = template.indexOf("{");
   const prefix = open === -1 ? template : template.slice(0, open);
   for (;;) {
     const open = rest.indexOf("{");
-    if (open === -1) {
-      source += escapeRegExp(rest);
-      break;
-    }
+    const literal = open === -1 ? rest : rest.slice(0, open);
+    for (let i = 0; i < literal.length; i++) units.push(literal.charCodeAt(i));
+    if (open === -1) break;
     const close = rest.indexOf("}", open);
     if (close === -1 || ++variables > MAX_TEMPLATE_VARIABLES) return undefined;
-    source += escapeRegExp(rest.slice(0, open));
     const operator = rest[open + 1];
-    source += operator === "+" || operator === "#" ? ".*" : "[^/]*";
+    const variable = operator === "+" || operator === "#" ? ANY : SEGMENT;
+    const last = units.length - 1;
+    if (last >= 0 && (units[last] as number) < 0) units[last] = Math.min(units[last] as number, variable);
+    else units.push(variable);
     rest = rest.slice(close + 1);
   }
-  return { prefix, regex: linearRegExp(`^${source}$`) };
+  return { prefix, test: (uri) => uri.length <= MAX_RESOURCE_URI_CHARS && matches(units, uri) };
 }
 
-let linearEngine: boolean | undefined;
+const SLASH = "/".charCodeAt(0);
 
-/** `source` compiled for V8's linear-time engine (its `l` flag, enabled on first need); undefined where there is none. */
-function linearRegExp(source: string): RegExp | undefined {
-  if (linearEngine === undefined) {
-    linearEngine = false;
-    try {
-      nodeBuiltin<{ setFlagsFromString(flags: string): void }>("v8")?.setFlagsFromString(
-        "--enable-experimental-regexp-engine",
-      );
-      // biome-ignore lint/complexity/useRegexLiterals: a literal with the `l` flag fails to parse where it is not enabled
-      linearEngine = new RegExp("a", "l").test("a");
-    } catch {
-      // No linear engine (not V8): templates route by their literal start only.
+/** Whether `uri` is what `units` expand to: the set of units reached so far, advanced by each character. */
+function matches(units: readonly number[], uri: string): boolean {
+  const end = units.length;
+  // A state is how many units are matched. Each step moves the states of `from` (listed, and marked in `seen`) to
+  // `to`; a variable may match nothing, so reaching it reaches the unit after it too.
+  let from = { list: new Int32Array(end + 1), size: 0, seen: new Uint8Array(end + 1) };
+  let to = { list: new Int32Array(end + 1), size: 0, seen: new Uint8Array(end + 1) };
+  const reach = (set: typeof from, state: number) => {
+    for (let at = state; at <= end && set.seen[at] === 0; at++) {
+      set.seen[at] = 1;
+      set.list[set.size++] = at;
+      if (at === end || (units[at] as number) >= 0) break;
     }
+  };
+  reach(from, 0);
+  for (let i = 0; i < uri.length && from.size > 0; i++) {
+    const code = uri.charCodeAt(i);
+    for (let k = 0; k < from.size; k++) {
+      const state = from.list[k] as number;
+      from.seen[state] = 0;
+      if (state === end) continue;
+      const unit = units[state] as number;
+      if (unit === code) reach(to, state + 1);
+      else if (unit === ANY || (unit === SEGMENT && code !== SLASH)) reach(to, state);
+    }
+    from.size = 0;
+    [from, to] = [to, from];
   }
-  return linearEngine ? new RegExp(source, "ls") : undefined;
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return from.seen[end] === 1;
 }

@@ -35,9 +35,9 @@ export const MAX_UPSTREAM_MESSAGE_BYTES = 10 * 1024 * 1024;
 export const MAX_UPSTREAM_ANSWER_BYTES_IN_FLIGHT = 4 * MAX_UPSTREAM_MESSAGE_BYTES;
 /**
  * Most tools one upstream server may list (all pages): past it the server is down, as one that failed to list, since
- * every tool is declared, searched and described by the gateway.
+ * every tool is declared, searched and described by the gateway (10,000 register in seconds).
  */
-export const MAX_UPSTREAM_TOOLS = 1000;
+export const MAX_UPSTREAM_TOOLS = 10_000;
 /** Most resources, resource templates or prompts one upstream server may list: past it that list fails. */
 export const MAX_UPSTREAM_LIST_ITEMS = 10_000;
 /** Most characters of JSON one list of one upstream server may take, all pages together. */

@@ -1,14 +1,15 @@
 /**
  * The channel to a VM side on a worker thread of this process: batches posted through the worker's port, plus two
  * shared-memory lanes that skip the posting on the hot path (lane.ts: answers to a worker that waits on them;
- * event-lane.ts: the worker's next events to a host that polls for them), plus the stop flags, handled counts and
- * turn word the worker shares with the host.
+ * event-lane.ts: the worker's next events to a host that polls for them), plus the stop flags, handled counts,
+ * computed times and turn word the worker shares with the host.
  */
-import { Worker, type WorkerOptions } from "node:worker_threads";
+import { Worker } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
 import type { HostCommand } from "../engine/protocol.ts";
 import { TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
 import type { HostChannel, SharedState } from "../host/channel.ts";
+import { startWorker } from "../platform/start-worker.ts";
 import { createEventLaneBuffer, HostEventLane } from "./event-lane.ts";
 import { createLaneBuffer, HostLane } from "./lane.ts";
 import { threadCpuMs } from "./thread-clock.ts";
@@ -18,6 +19,7 @@ export interface WorkerData {
   module: WebAssembly.Module;
   stopFlags: Int32Array;
   handled: Int32Array;
+  computed: Int32Array;
   turn: Int32Array;
   turnEpochMs: number;
   /** See lane.ts. */
@@ -43,6 +45,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
   const shared: SharedState = {
     stopFlags: new Int32Array(new SharedArrayBuffer(slots * 4)),
     handled: new Int32Array(new SharedArrayBuffer(slots * 4)),
+    computed: new Int32Array(new SharedArrayBuffer(slots * 4)),
     turn,
     turnEpochMs: Date.now(),
     // The worker writes its thread's id once it runs.
@@ -57,6 +60,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     module: options.module,
     stopFlags: shared.stopFlags,
     handled: shared.handled,
+    computed: shared.computed,
     turn: shared.turn,
     turnEpochMs: shared.turnEpochMs,
     lane: laneBuffer,
@@ -64,7 +68,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     maxStackSize: WORKER_MAX_STACK_SIZE,
     maxVms: options.maxVms,
   };
-  const worker = startWorker(options.workerUrl ?? new URL("./vm-side.js", import.meta.url), {
+  const worker = startWorker(Worker, options.workerUrl ?? new URL("./vm-side.js", import.meta.url), {
     workerData: data,
     resourceLimits: { stackSizeMb: WORKER_STACK_SIZE_MB },
   });
@@ -148,25 +152,4 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     },
   };
   return channel;
-}
-
-/**
- * Starts a worker with the host's Node flags. A worker inherits them by default, whatever they are, except that
- * `--input-type` (a host run with `-e`) stops it from starting. Leaving that one out means listing the rest, and Node
- * refuses a list with V8 or process-wide flags (`--max-old-space-size`, `--expose-gc`), which a worker shares with
- * the process anyway: such a host's workers start with no flags of their own.
- */
-function startWorker(url: string | URL, options: WorkerOptions): Worker {
-  const execArgv = process.execArgv;
-  const inputType = execArgv.findIndex((flag) => flag === "--input-type" || flag.startsWith("--input-type="));
-  if (inputType < 0) return new Worker(url, options);
-  const kept = execArgv.filter(
-    (_, i) => i !== inputType && !(i === inputType + 1 && execArgv[inputType] === "--input-type"),
-  );
-  try {
-    return new Worker(url, { ...options, execArgv: kept });
-  } catch (error) {
-    if ((error as { code?: unknown }).code !== "ERR_WORKER_INVALID_EXEC_ARGV") throw error;
-    return new Worker(url, { ...options, execArgv: [] });
-  }
 }

@@ -40,6 +40,7 @@ if (!isMainThread && parentPort) {
       maxVms: data.maxVms,
       stopFlags: data.stopFlags,
       handled: data.handled,
+      computed: data.computed,
       turn: data.turn,
       turnEpochMs: data.turnEpochMs,
     },

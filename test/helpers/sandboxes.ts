@@ -71,7 +71,10 @@ export const launchers: {
 /** Options of the launchers that keep a pool of VM sides. */
 export type PoolOptions = CodemodeSandboxBaseOptions & { poolSize?: number; maxPoolSize?: number };
 
-/** Every launcher that keeps a pool of VM sides (and so claims the behaviour of many executions at once). */
+/**
+ * Every launcher that keeps a pool of VM sides (and so claims the behaviour of many executions at once); the protocol
+ * adapter's pool runs programs only and is tested through code mode.
+ */
 export const pooledLaunchers: {
   name: string;
   make(options?: PoolOptions): CodemodeSandboxBase & { warm(): Promise<void>; readonly poolStats: PoolStats };
@@ -86,6 +89,21 @@ export const pooledLaunchers: {
           name: "gvisor",
           make: (o: PoolOptions = {}) =>
             warmFirst(new ProcessCodemodeSandbox({ ...o, isolation: { runtime: "gvisor" } })),
+        },
+      ]
+    : []),
+  // The process tier's fallback where bubblewrap is missing (here: pointed at none): plain child processes.
+  ...(onNode
+    ? [
+        {
+          name: "plain child",
+          make: (o: PoolOptions = {}) =>
+            warmFirst(
+              new ProcessCodemodeSandbox({
+                ...o,
+                isolation: { bwrapPath: "/nonexistent/bwrap", allowDegraded: true },
+              }),
+            ),
         },
       ]
     : []),
