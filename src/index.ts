@@ -37,7 +37,7 @@ export type {
   CodemodeRemoteRequest,
 } from "./remote/vm-side.ts";
 export { CodemodeSandboxBase } from "./sandbox/base.ts";
-export * from "./sandbox/limits.ts";
+export * from "./sandbox/public-limits.ts";
 export {
   CODEMODE_OPTIONS_PREFIX,
   CODEMODE_SOURCE_GRAMMAR,

@@ -24,6 +24,6 @@ export type {
   CodemodeRemoteRequest,
 } from "./remote/vm-side.ts";
 export { CodemodeSandboxBase } from "./sandbox/base.ts";
-export * from "./sandbox/limits.ts";
+export * from "./sandbox/public-limits.ts";
 export * from "./source/index.ts";
 export type * from "./types.ts";

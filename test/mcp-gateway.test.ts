@@ -11,7 +11,6 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { MAX_TYPESCRIPT_CHARS } from "airlock-codemode";
 import {
   connectMcpServers,
   MAX_SEARCH_QUERY_CHARS,
@@ -22,6 +21,7 @@ import {
   serveGatewayHttp,
   serveGatewayStdio,
 } from "airlock-codemode/mcp";
+import { MAX_TYPESCRIPT_CHARS } from "airlock-codemode/source";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTokens } from "../dist/gateway/tokens.js";
 import {

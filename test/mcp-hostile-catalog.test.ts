@@ -9,7 +9,8 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { describeTool, InlineCodemodeSandbox, renderDeclarations, searchTools } from "airlock-codemode";
+import { InlineCodemodeSandbox, renderDeclarations } from "airlock-codemode";
+import { describeTool, searchTools } from "airlock-codemode/declarations";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempFolder } from "./fixtures/mcp/servers.ts";
 import { gatewayWithClients } from "./helpers/gateway-clients.ts";

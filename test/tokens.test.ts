@@ -6,10 +6,10 @@
 import { readFileSync } from "node:fs";
 import { InlineCodemodeSandbox } from "airlock-codemode";
 import { createCodeTool } from "airlock-codemode/ai";
-import { countTokens, cutToTokens } from "airlock-codemode/mcp";
 import { Tiktoken } from "js-tiktoken/lite";
 import o200k from "js-tiktoken/ranks/o200k_base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { countTokens, cutToTokens } from "../dist/gateway/tokens.js";
 import { paged, REPO_ROOT } from "./fixtures/mcp/servers.ts";
 import { gatewayWithClients } from "./helpers/gateway-clients.ts";
 

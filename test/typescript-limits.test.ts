@@ -5,15 +5,11 @@
  * takes amaro super-linear time (stripped on a thread of its own, under a deadline). Each fails as its own script
  * error, quickly, and the next plain JavaScript and TypeScript run as before.
  */
-import {
-  CodemodeSourceError,
-  InlineCodemodeSandbox,
-  MAX_TYPESCRIPT_CHARS,
-  stripTypeScript,
-  TYPESCRIPT_STRIP_TIMEOUT_MS,
-} from "airlock-codemode";
+import { InlineCodemodeSandbox } from "airlock-codemode";
 import { CodeToolError, createCodeTool } from "airlock-codemode/ai";
+import { CodemodeSourceError, MAX_TYPESCRIPT_CHARS, stripTypeScript } from "airlock-codemode/source";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TYPESCRIPT_STRIP_TIMEOUT_MS } from "../dist/source/strip-thread.js";
 import { paged } from "./fixtures/mcp/servers.ts";
 import { gatewayWithClients } from "./helpers/gateway-clients.ts";
 import { launchers } from "./helpers/sandboxes.ts";

@@ -8,10 +8,10 @@
  * loaded before its first deadline starts) and kept, without keeping the process alive while idle.
  */
 import { nodeBuiltin } from "../platform/platform.ts";
-import { CodemodeSourceError } from "./source-error.ts";
-import { refuseLongTypeScript, stripTypeScript } from "./typescript.ts";
 import { startWorker } from "../platform/start-worker.ts";
+import { CodemodeSourceError } from "./source-error.ts";
 import type { StripAnswer } from "./strip-worker.ts";
+import { refuseLongTypeScript, stripTypeScript } from "./typescript.ts";
 
 /**
  * Deadline of stripping one script's types on the strip thread. A 1 MiB script (`MAX_TYPESCRIPT_CHARS`) takes

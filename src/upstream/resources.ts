@@ -13,10 +13,10 @@ import {
   type Resource,
   type ResourceTemplate,
 } from "@modelcontextprotocol/sdk/types.js";
-import { MAX_RESOURCE_URI_CHARS } from "./upstream-limits.ts";
 import type { McpUpstream } from "./server.ts";
 import { MCP_TOOL_SEPARATOR } from "./tool-names.ts";
 import type { McpToolset } from "./toolset.ts";
+import { MAX_RESOURCE_URI_CHARS } from "./upstream-limits.ts";
 
 /** The JSON-RPC error code of a resource that does not exist (the MCP specification's). */
 export const RESOURCE_NOT_FOUND = -32002;
