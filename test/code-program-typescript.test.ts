@@ -408,12 +408,18 @@ describe("durable TypeScript programs", () => {
   });
 });
 
-// Last in the file: the type stripper (amaro) may be left unusable in this process by such a source.
 describe("a hostile TypeScript source", () => {
-  it("refuses a source nested too deeply for the type stripper with INVALID_CONFIG in Airlock's words", () => {
-    const error = refusal(`(input: unknown) => ${"[".repeat(5_000)}${"]".repeat(5_000)}`);
-    expect(error).toMatchObject({ code: "INVALID_CONFIG" });
-    expect(error?.message).toMatch(/^program source is TypeScript that Airlock cannot strip of its types: /);
-    expect(error?.message).not.toContain("[");
+  it("refuses a source nested too deeply for the type stripper with INVALID_CONFIG in Airlock's words, and the next defines", () => {
+    for (const hostile of [
+      `(input: unknown) => ${"[".repeat(5_000)}${"]".repeat(5_000)}`,
+      `(input: unknown) => { type T = ${"A<".repeat(5_000)}0${">".repeat(5_000)}; return 1; }`,
+    ]) {
+      const error = refusal(hostile);
+      expect(error).toMatchObject({ code: "INVALID_CONFIG" });
+      expect(error?.message).toMatch(/^program source is TypeScript that Airlock cannot strip of its types: /);
+      expect(error?.message).not.toContain("[");
+      // The stripper is not left broken for the definitions after it.
+      expect(define("(input: { value: number }) => input.value + 1").javascript).toContain("input.value + 1");
+    }
   });
 });
