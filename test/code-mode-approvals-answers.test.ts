@@ -1,8 +1,8 @@
 /**
- * A resume answers its journaled calls ahead (issue 18): the run is handed the journal's settled calls with its
- * request, and the VM applies them without a round trip to the host per call. The host still checks every call the
- * program makes against the journal: a divergence among the answered calls is INTEGRITY_VIOLATION with no later call
- * acted on, and a resumed program sees exactly the journaled results and clock.
+ * A resume answers its journaled calls ahead (docs/durable-programs.md, How a resume starts): the run is handed the
+ * journal's settled calls with its request, and the VM applies them without a round trip to the host per call. The host
+ * still checks every call the program makes against the journal: a divergence among the answered calls is
+ * INTEGRITY_VIOLATION with no later call acted on, and a resumed program sees exactly the journaled results and clock.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";

@@ -1,10 +1,10 @@
 /**
- * Resuming a paused program from a snapshot of its VM (issue 18): a program paused after `snapshotMinCalls` calls or
- * more is captured where it waits and kept in the journal's store; after the approval a new code mode on the same
- * store restores it instead of replaying its journal, makes none of its earlier calls again, checks the calls it makes
- * against the journal, and ends exactly as a replay does. A short journal is replayed and keeps no snapshot; a
- * snapshot of another build is not used (the resume replays); one changed at rest is INTEGRITY_VIOLATION; a VM past
- * MAX_SNAPSHOT_BYTES is not kept.
+ * Resuming a paused program from a snapshot of its VM (docs/durable-programs.md, How a resume starts): a program paused
+ * after `snapshotMinCalls` calls or more is captured where it waits and kept in the journal's store; after the approval
+ * a new code mode on the same store restores it instead of replaying its journal, makes none of its earlier calls
+ * again, checks the calls it makes against the journal, and ends exactly as a replay does. A short journal is replayed
+ * and keeps no snapshot; a snapshot of another build is not used (the resume replays); one changed at rest is
+ * INTEGRITY_VIOLATION; a VM past MAX_SNAPSHOT_BYTES is not kept.
  */
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";

@@ -1,8 +1,8 @@
 /**
- * Approving one call inside a running program (issue 18): the program pauses at a call a person must approve, and
- * continues after the decision, in another code mode on the same store (as after a restart), without running any
- * earlier call again; a rejection reaches the program as a blocked call; a journal that does not replay is
- * INTEGRITY_VIOLATION; an approval request expires.
+ * Approving one call inside a running program (docs/durable-programs.md, Approving one call inside a running program):
+ * the program pauses at a call a person must approve, and continues after the decision, in another code mode on the
+ * same store (as after a restart), without running any earlier call again; a rejection reaches the program as a blocked
+ * call; a journal that does not replay is INTEGRITY_VIOLATION; an approval request expires.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";

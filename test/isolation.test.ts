@@ -1,9 +1,9 @@
 /**
- * A hostile execution harms only itself, also when many run at once (SECURITY.md 27-30), in every pooled launcher:
- * nothing waits behind a computing script, a kill takes only the culprit (its neighbours are rebuilt elsewhere from
- * their journals, none of their calls made twice), unawaited calls and output count against the memory limit, the
- * host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about order and counts,
- * never about time: neighbours must finish while the culprit still computes.
+ * A hostile execution harms only itself, also when many run at once (docs/security.md, Executions beside each other),
+ * in every pooled launcher: nothing waits behind a computing script, a kill takes only the culprit (its neighbours are
+ * rebuilt elsewhere from their journals, none of their calls made twice), unawaited calls and output count against the
+ * memory limit, the host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about
+ * order and counts, never about time: neighbours must finish while the culprit still computes.
  */
 
 import {
