@@ -28,6 +28,7 @@ import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { MAX_SNAPSHOT_BYTES } from "../dist/engine/limits.js";
+import { testLimits } from "./helpers/code-mode.ts";
 import { observeAdapter } from "./helpers/observed-adapter.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
 
@@ -116,17 +117,14 @@ function fixture(reads: number, memoryBytes = 16 * 1024 * 1024, hold = 0) {
     inputSchemaId: "snap.in",
     outputSchemaId: "snap.out",
     tools: [read, pay],
-    limits: {
+    limits: testLimits({
       cpuMillis: 5_000,
       wallTimeMillis: 30_000,
       memoryBytes,
-      scratchBytes: 0,
-      maxInputBytes: 1_024,
       maxOutputBytes: 4_096,
-      maxToolInputBytes: 1_024,
       maxToolCalls: reads + 4,
       maxToolConcurrency: 4,
-    },
+    }),
   });
   return { counts, program, input: { reads } };
 }

@@ -19,6 +19,7 @@ import type { WorkflowStore } from "airlock-codemode/workflows";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { testLimits } from "./helpers/code-mode.ts";
 
 const adapter = createQuickJsSandboxAdapter({ poolSize: 1 });
 afterAll(() => adapter.close());
@@ -98,17 +99,7 @@ function fixture(approval: ToolApproval<{ amount: number; to: string }> = "alway
     inputSchemaId: "pay.in",
     outputSchemaId: "pay.out",
     tools: [lookup, pay],
-    limits: {
-      cpuMillis: 500,
-      wallTimeMillis: 10_000,
-      memoryBytes: 16 * 1024 * 1024,
-      scratchBytes: 0,
-      maxInputBytes: 1_024,
-      maxOutputBytes: 4_096,
-      maxToolInputBytes: 1_024,
-      maxToolCalls: 10,
-      maxToolConcurrency: 4,
-    },
+    limits: testLimits({ maxOutputBytes: 4_096, maxToolCalls: 10, maxToolConcurrency: 4 }),
   });
   return { counts, program };
 }

@@ -5,6 +5,7 @@ import {
   createQuickJsSandboxAdapter,
 } from "airlock-codemode/adapter-code-quickjs";
 import {
+  CODE_PROGRAM_LIMITS,
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   type CodeProgramLimits,
@@ -27,13 +28,9 @@ const adapters: { name: string; make(): ClosableSandboxAdapter; allowTestAdapter
 ];
 
 const SCOPE = { principalId: "user-1", tenantId: "tenant-a", projectId: "demo" };
+/** The preset, with tool input small enough that an oversized call meets it, and room for several calls at once. */
 const LIMITS: CodeProgramLimits = {
-  cpuMillis: 1_000,
-  wallTimeMillis: 10_000,
-  memoryBytes: 32 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 64 * 1024,
-  maxOutputBytes: 64 * 1024,
+  ...CODE_PROGRAM_LIMITS,
   maxToolInputBytes: 4 * 1024,
   maxToolCalls: 50,
   maxToolConcurrency: 4,

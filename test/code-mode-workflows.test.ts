@@ -20,21 +20,12 @@ import {
 import { createPostgresStore } from "airlock-codemode/workflows/postgres";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { afterAll, describe, expect, it } from "vitest";
+import { testLimits } from "./helpers/code-mode.ts";
 import { dropSchema, freshSchema } from "./helpers/postgres.ts";
 import { requirePostgres } from "./helpers/system-tools.ts";
 
 const value = z.object({ value: z.number() });
-const limits: CodeProgramLimits = {
-  cpuMillis: 200,
-  wallTimeMillis: 5_000,
-  memoryBytes: 16 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 1_024,
-  maxOutputBytes: 1_024,
-  maxToolInputBytes: 1_024,
-  maxToolCalls: 2,
-  maxToolConcurrency: 1,
-};
+const limits = testLimits({ maxToolCalls: 2 });
 const scope = { principalId: "alice", projectId: "project" };
 const url = await requirePostgres();
 const adapter: ClosableSandboxAdapter = createQuickJsSandboxAdapter({ poolSize: 1 });

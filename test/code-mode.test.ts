@@ -139,17 +139,7 @@ describe("the first example of docs/governed-programs.md", () => {
 // ---- shared fixtures for the rest of the file ----
 
 const SCOPE = { principalId: "user-1", projectId: "demo" };
-const LIMITS: CodeProgramLimits = {
-  cpuMillis: 1_000,
-  wallTimeMillis: 5_000,
-  memoryBytes: 32 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 64 * 1024,
-  maxOutputBytes: 64 * 1024,
-  maxToolInputBytes: 16 * 1024,
-  maxToolCalls: 50,
-  maxToolConcurrency: 4,
-};
+const LIMITS: CodeProgramLimits = { ...CODE_PROGRAM_LIMITS, maxToolCalls: 50, maxToolConcurrency: 4 };
 
 let sequence = 0;
 /** A signal that never aborts, for executions the test does not cancel (execute requires one). */
