@@ -594,14 +594,8 @@ async function runPhase(
     maxCostMicros: 6,
     verifyHuman,
   });
-  const { run, settled: waiting } = await submitAndSettle(runtime, definition, { value: 1 }, key);
-  await runtime.approve({
-    id: run.id,
-    nodeId: "execute",
-    digest: waiting.steps.execute?.approval?.digest as string,
-    credential: "approved",
-  });
-  const result = await runtime.runUntilSettled(definition, run.id);
+  const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: key });
+  const result = await approveThrough(runtime, definition, run.id, 1);
   return { result, audit, counts, runtime, definition };
 }
 
