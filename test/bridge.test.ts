@@ -1,4 +1,4 @@
-/** SECURITY.md 24: malformed traffic from a worker fails its executions with `sandbox` errors and nothing hangs. */
+/** Malformed traffic from a worker fails its executions with `sandbox` errors and nothing hangs. */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { CodemodeSandbox } from "airlock-codemode";

@@ -15,6 +15,7 @@ import { createPostgresStore } from "airlock-codemode/workflows/postgres";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { assertCliBuilt, runCli } from "./helpers/cli.ts";
+import { testLimits } from "./helpers/code-mode.ts";
 import { dropSchema, freshSchema } from "./helpers/postgres.ts";
 import { requirePostgres } from "./helpers/system-tools.ts";
 
@@ -63,17 +64,7 @@ const program = defineCodeProgram({
   inputSchemaId: "mail.in",
   outputSchemaId: "mail.out",
   tools: [send],
-  limits: {
-    cpuMillis: 500,
-    wallTimeMillis: 10_000,
-    memoryBytes: 16 * 1024 * 1024,
-    scratchBytes: 0,
-    maxInputBytes: 1_024,
-    maxOutputBytes: 1_024,
-    maxToolInputBytes: 1_024,
-    maxToolCalls: 2,
-    maxToolConcurrency: 1,
-  },
+  limits: testLimits({ maxToolCalls: 2 }),
 });
 const verifyHuman = async (credential: unknown) => {
   if (credential !== "token-of-ana") throw new Error("unknown");

@@ -1,8 +1,8 @@
 /**
- * A resume answers its journaled calls ahead (issue 18): the run is handed the journal's settled calls with its
- * request, and the VM applies them without a round trip to the host per call. The host still checks every call the
- * program makes against the journal: a divergence among the answered calls is INTEGRITY_VIOLATION with no later call
- * acted on, and a resumed program sees exactly the journaled results and clock.
+ * A resume answers its journaled calls ahead (docs/durable-programs.md, How a resume starts): the run is handed the
+ * journal's settled calls with its request, and the VM applies them without a round trip to the host per call. The host
+ * still checks every call the program makes against the journal: a divergence among the answered calls is
+ * INTEGRITY_VIOLATION with no later call acted on, and a resumed program sees exactly the journaled results and clock.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -19,6 +19,7 @@ import type { WorkflowStore } from "airlock-codemode/workflows";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { testLimits } from "./helpers/code-mode.ts";
 
 const quickjs = createQuickJsSandboxAdapter({ poolSize: 1 });
 afterAll(() => quickjs.close());
@@ -40,17 +41,7 @@ const adapter = defineSandboxAdapter({
 const scope = { principalId: "agent", projectId: "shop" };
 const NO_ABORT = new AbortController().signal;
 const verifyHuman = async () => ({ id: "clerk-1", projectId: "shop", canApprove: true });
-const limits = {
-  cpuMillis: 2_000,
-  wallTimeMillis: 10_000,
-  memoryBytes: 16 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 1_024,
-  maxOutputBytes: 16_384,
-  maxToolInputBytes: 1_024,
-  maxToolCalls: 40,
-  maxToolConcurrency: 4,
-};
+const limits = testLimits({ cpuMillis: 2_000, maxOutputBytes: 16_384, maxToolCalls: 40, maxToolConcurrency: 4 });
 
 function tools() {
   const counts = { tick: 0, pay: 0 };

@@ -1,10 +1,10 @@
 /**
- * Resuming a paused program from a snapshot of its VM (issue 18): a program paused after `snapshotMinCalls` calls or
- * more is captured where it waits and kept in the journal's store; after the approval a new code mode on the same
- * store restores it instead of replaying its journal, makes none of its earlier calls again, checks the calls it makes
- * against the journal, and ends exactly as a replay does. A short journal is replayed and keeps no snapshot; a
- * snapshot of another build is not used (the resume replays); one changed at rest is INTEGRITY_VIOLATION; a VM past
- * MAX_SNAPSHOT_BYTES is not kept.
+ * Resuming a paused program from a snapshot of its VM (docs/durable-programs.md, How a resume starts): a program paused
+ * after `snapshotMinCalls` calls or more is captured where it waits and kept in the journal's store; after the approval
+ * a new code mode on the same store restores it instead of replaying its journal, makes none of its earlier calls
+ * again, checks the calls it makes against the journal, and ends exactly as a replay does. A short journal is replayed
+ * and keeps no snapshot; a snapshot of another build is not used (the resume replays); one changed at rest is
+ * INTEGRITY_VIOLATION; a VM past MAX_SNAPSHOT_BYTES is not kept.
  */
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -28,6 +28,7 @@ import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { MAX_SNAPSHOT_BYTES } from "../dist/engine/limits.js";
+import { testLimits } from "./helpers/code-mode.ts";
 import { observeAdapter } from "./helpers/observed-adapter.ts";
 import { launchVmSideChild } from "./helpers/vm-side.ts";
 
@@ -116,17 +117,14 @@ function fixture(reads: number, memoryBytes = 16 * 1024 * 1024, hold = 0) {
     inputSchemaId: "snap.in",
     outputSchemaId: "snap.out",
     tools: [read, pay],
-    limits: {
+    limits: testLimits({
       cpuMillis: 5_000,
       wallTimeMillis: 30_000,
       memoryBytes,
-      scratchBytes: 0,
-      maxInputBytes: 1_024,
       maxOutputBytes: 4_096,
-      maxToolInputBytes: 1_024,
       maxToolCalls: reads + 4,
       maxToolConcurrency: 4,
-    },
+    }),
   });
   return { counts, program, input: { reads } };
 }

@@ -1,8 +1,8 @@
 /**
- * Approving one call inside a running program (issue 18): the program pauses at a call a person must approve, and
- * continues after the decision, in another code mode on the same store (as after a restart), without running any
- * earlier call again; a rejection reaches the program as a blocked call; a journal that does not replay is
- * INTEGRITY_VIOLATION; an approval request expires.
+ * Approving one call inside a running program (docs/durable-programs.md, Approving one call inside a running program):
+ * the program pauses at a call a person must approve, and continues after the decision, in another code mode on the
+ * same store (as after a restart), without running any earlier call again; a rejection reaches the program as a blocked
+ * call; a journal that does not replay is INTEGRITY_VIOLATION; an approval request expires.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -19,6 +19,7 @@ import type { WorkflowStore } from "airlock-codemode/workflows";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { testLimits } from "./helpers/code-mode.ts";
 
 const adapter = createQuickJsSandboxAdapter({ poolSize: 1 });
 afterAll(() => adapter.close());
@@ -98,17 +99,7 @@ function fixture(approval: ToolApproval<{ amount: number; to: string }> = "alway
     inputSchemaId: "pay.in",
     outputSchemaId: "pay.out",
     tools: [lookup, pay],
-    limits: {
-      cpuMillis: 500,
-      wallTimeMillis: 10_000,
-      memoryBytes: 16 * 1024 * 1024,
-      scratchBytes: 0,
-      maxInputBytes: 1_024,
-      maxOutputBytes: 4_096,
-      maxToolInputBytes: 1_024,
-      maxToolCalls: 10,
-      maxToolConcurrency: 4,
-    },
+    limits: testLimits({ maxOutputBytes: 4_096, maxToolCalls: 10, maxToolConcurrency: 4 }),
   });
   return { counts, program };
 }

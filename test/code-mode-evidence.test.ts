@@ -3,6 +3,7 @@ import { Budget, defineTool, invokeTool, type Tool, z } from "airlock-codemode";
 import { createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import { createCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
 import { afterAll, expect, it } from "vitest";
+import { testLimits } from "./helpers/code-mode.ts";
 
 const adapter = createQuickJsSandboxAdapter({ poolSize: 1 });
 afterAll(() => adapter.close());
@@ -47,17 +48,7 @@ it("gives every brokered call a receipt: released, withheld, not started, failed
     inputSchemaId: "none",
     outputSchemaId: "statuses",
     tools,
-    limits: {
-      cpuMillis: 200,
-      wallTimeMillis: 10_000,
-      memoryBytes: 16 * 1024 * 1024,
-      scratchBytes: 0,
-      maxInputBytes: 1_024,
-      maxOutputBytes: 1_024,
-      maxToolInputBytes: 1_024,
-      maxToolCalls: 10,
-      maxToolConcurrency: 1,
-    },
+    limits: testLimits({ maxToolCalls: 10 }),
   });
   const budget = new Budget(100, 100);
   const mode = createCodeMode({

@@ -8,6 +8,7 @@ import {
   serveQuickJsProtocol,
 } from "airlock-codemode/adapter-code-quickjs";
 import {
+  CODE_PROGRAM_LIMITS,
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   createCodeMode,
@@ -42,17 +43,7 @@ const program = (source: string, cpuMillis = 1_000, wallTimeMillis = 10_000) =>
     inputSchemaId: "any.v1",
     outputSchemaId: "any.v1",
     tools: [echo],
-    limits: {
-      cpuMillis,
-      wallTimeMillis,
-      memoryBytes: 32 * 1024 * 1024,
-      scratchBytes: 0,
-      maxInputBytes: 4_096,
-      maxOutputBytes: 4_096,
-      maxToolInputBytes: 1_024,
-      maxToolCalls: 20,
-      maxToolConcurrency: 2,
-    },
+    limits: { ...CODE_PROGRAM_LIMITS, cpuMillis, wallTimeMillis, maxToolConcurrency: 2 },
   });
 let sequence = 0;
 const run = (signal: AbortSignal = new AbortController().signal) => ({

@@ -5,6 +5,7 @@ import {
   createQuickJsSandboxAdapter,
 } from "airlock-codemode/adapter-code-quickjs";
 import {
+  CODE_PROGRAM_LIMITS,
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   type CodeProgramLimits,
@@ -27,13 +28,9 @@ const adapters: { name: string; make(): ClosableSandboxAdapter; allowTestAdapter
 ];
 
 const SCOPE = { principalId: "user-1", tenantId: "tenant-a", projectId: "demo" };
+/** The preset, with tool input small enough that an oversized call meets it, and room for several calls at once. */
 const LIMITS: CodeProgramLimits = {
-  cpuMillis: 1_000,
-  wallTimeMillis: 10_000,
-  memoryBytes: 32 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 64 * 1024,
-  maxOutputBytes: 64 * 1024,
+  ...CODE_PROGRAM_LIMITS,
   maxToolInputBytes: 4 * 1024,
   maxToolCalls: 50,
   maxToolConcurrency: 4,
@@ -94,7 +91,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   }
 
-  it("6: identities claimed in source, arguments or _meta never reach tools; they see the trusted scope", async () => {
+  it("identities claimed in source, arguments or _meta never reach tools; they see the trusted scope", async () => {
     const scopes: unknown[] = [];
     const inputs: unknown[] = [];
     const account = defineTool({
@@ -152,7 +149,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   });
 
-  it("9: time spent waiting on slow tools does not count against the CPU limit", async () => {
+  it("time spent waiting on slow tools does not count against the CPU limit", async () => {
     const slow = defineTool({
       ...echoDefinition(1),
       id: "slow",
@@ -184,7 +181,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   });
 
-  it("16: undefined, BigInt, functions, cycles and 40-level nesting give a defined result, never a crash", async () => {
+  it("undefined, BigInt, functions, cycles and 40-level nesting give a defined result, never a crash", async () => {
     const cases: [string, string][] = [
       ["async () => undefined", "INVALID_OUTPUT"],
       ["async () => 10n", "INVALID_OUTPUT"],
@@ -212,7 +209,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   });
 
-  it("17: 20,000 tool calls: the broker sees exactly maxToolCalls, the rest get LIMIT_EXCEEDED", async () => {
+  it("20,000 tool calls: the broker sees exactly maxToolCalls, the rest get LIMIT_EXCEEDED", async () => {
     let brokered = 0;
     const counting = createCodeMode({
       adapter,
@@ -241,7 +238,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   }, 30_000);
 
-  it("18: unknown tools and oversized input are refused before the tool's code runs", async () => {
+  it("unknown tools and oversized input are refused before the tool's code runs", async () => {
     let secretRuns = 0;
     let shortRuns = 0;
     const secret = defineTool({
@@ -293,7 +290,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   });
 
-  it("21: secret-bearing tool errors and throwing getters never reach error.message", async () => {
+  it("secret-bearing tool errors and throwing getters never reach error.message", async () => {
     const leaky = defineTool({
       ...echoDefinition(1),
       id: "leaky",
@@ -344,7 +341,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   });
 
-  it("22: tool results past the response budget fail the run before the next value is handed in", async () => {
+  it("tool results past the response budget fail the run before the next value is handed in", async () => {
     const blobs: number[] = [];
     const logged: unknown[] = [];
     const blob = defineTool({
@@ -387,7 +384,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   });
 
-  it("23: a call whose outcome is unknown makes the execution outcome_unknown, whatever the program returns", async () => {
+  it("a call whose outcome is unknown makes the execution outcome_unknown, whatever the program returns", async () => {
     const pending = defineTool({ ...echoDefinition(1), id: "pending", costMicros: 7 });
     const silent = createCodeMode({
       adapter,
@@ -454,7 +451,7 @@ describe.each(adapters)("$name adapter under hostile programs", ({ make, allowTe
     await hostSurvives();
   }, 20_000);
 
-  it("25: the same executionId twice is CONFLICT; input changed after execute() is not seen", async () => {
+  it("the same executionId twice is CONFLICT; input changed after execute() is not seen", async () => {
     const slow = defineTool({
       ...echoDefinition(1),
       id: "slow",

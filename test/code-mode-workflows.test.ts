@@ -20,21 +20,13 @@ import {
 import { createPostgresStore } from "airlock-codemode/workflows/postgres";
 import { createSqliteStore } from "airlock-codemode/workflows/sqlite";
 import { afterAll, describe, expect, it } from "vitest";
+import { testLimits } from "./helpers/code-mode.ts";
 import { dropSchema, freshSchema } from "./helpers/postgres.ts";
 import { requirePostgres } from "./helpers/system-tools.ts";
+import { submitAndSettle } from "./helpers/workflow-runs.ts";
 
 const value = z.object({ value: z.number() });
-const limits: CodeProgramLimits = {
-  cpuMillis: 200,
-  wallTimeMillis: 5_000,
-  memoryBytes: 16 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 1_024,
-  maxOutputBytes: 1_024,
-  maxToolInputBytes: 1_024,
-  maxToolCalls: 2,
-  maxToolConcurrency: 1,
-};
+const limits = testLimits({ maxToolCalls: 2 });
 const scope = { principalId: "alice", projectId: "project" };
 const url = await requirePostgres();
 const adapter: ClosableSandboxAdapter = createQuickJsSandboxAdapter({ poolSize: 1 });
@@ -145,8 +137,7 @@ describe("durable code workflows", () => {
         verifyHuman,
       };
       const one = createScheduledWorkflowRuntime({ ...policy, store: first, workerId: "first" });
-      const submitted = await one.submit(definition, { input: { value: 2 }, idempotencyKey: "quote-1" });
-      const waiting = await one.runUntilSettled(definition, submitted.id);
+      const { run: submitted, settled: waiting } = await submitAndSettle(one, definition, { value: 2 }, "quote-1");
       expect(waiting).toMatchObject({ status: "waiting", budget: { spentMicros: 0, reservedMicros: 0 } });
       expect(counts.writes).toBe(0);
       const approval = waiting.steps.total?.approval;
@@ -469,8 +460,8 @@ describe.each(backings)("$name: a phase is charged what its program's calls cost
       const { counts, tool } = counter();
       const first = chain(store, tool, WRITE_ONCE);
       const before = first.runtime(store, "before-restart", 6);
-      const run = await before.submit(first.definition, { input: { value: 1 }, idempotencyKey: "restart" });
-      expect(await before.runUntilSettled(first.definition, run.id)).toMatchObject({ status: "waiting" });
+      const { run, settled } = await submitAndSettle(before, first.definition, { value: 1 }, "restart");
+      expect(settled).toMatchObject({ status: "waiting" });
       await before.close();
       await store.close();
       const reopened = await open();
@@ -604,14 +595,7 @@ async function runPhase(
     verifyHuman,
   });
   const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: key });
-  const waiting = await runtime.runUntilSettled(definition, run.id);
-  await runtime.approve({
-    id: run.id,
-    nodeId: "execute",
-    digest: waiting.steps.execute?.approval?.digest as string,
-    credential: "approved",
-  });
-  const result = await runtime.runUntilSettled(definition, run.id);
+  const result = await approveThrough(runtime, definition, run.id, 1);
   return { result, audit, counts, runtime, definition };
 }
 

@@ -1,6 +1,6 @@
 /**
- * Governed programs (issue 5): the issue's example verbatim, programs and digests, the executor's outcomes (every
- * status and code it can reach), limits, adapters and their qualification.
+ * Governed programs (docs/governed-programs.md): the page's first example, programs and digests, the executor's
+ * outcomes (every status and code it can reach), limits, adapters and their qualification.
  */
 
 import {
@@ -15,6 +15,7 @@ import {
 } from "airlock-codemode";
 import { type ClosableSandboxAdapter, createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import {
+  CODE_PROGRAM_LIMITS,
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   type CodeProgramLimits,
@@ -27,9 +28,9 @@ import {
 import { afterAll, describe, expect, it } from "vitest";
 import { echoDefinition, echoTool } from "./helpers/code-mode.ts";
 
-describe("the example of issue 5", () => {
-  // biome-ignore format: the issue's example, verbatim apart from its import paths.
-  it("runs verbatim apart from its import paths", async () => {
+describe("the first example of docs/governed-programs.md", () => {
+  // biome-ignore format: the page's example as the page lays it out, with assertions in place of its console.log.
+  it("runs and gives the result its comment states", async () => {
     const price = defineTool({
       id: 'catalog.price', version: '1', description: 'Price of one product in cents.',
       input: z.object({ sku: z.string() }), output: z.object({ cents: z.number().int() }),
@@ -49,8 +50,7 @@ describe("the example of issue 5", () => {
       }`,
       input: z.object({ skus: z.array(z.string()).max(20) }), output: z.object({ totalCents: z.number().int() }),
       inputSchemaId: 'catalog.skus.v1', outputSchemaId: 'catalog.total.v1', tools: [price],
-      limits: { cpuMillis: 200, wallTimeMillis: 5_000, memoryBytes: 32 * 1024 * 1024, scratchBytes: 1_024,
-        maxInputBytes: 4_096, maxOutputBytes: 4_096, maxToolInputBytes: 1_024, maxToolCalls: 20, maxToolConcurrency: 1 },
+      limits: { ...CODE_PROGRAM_LIMITS, maxToolCalls: 20 },
     });
     const budget = new Budget(0, 20);
     const mode = createCodeMode({
@@ -92,7 +92,7 @@ describe("the example of issue 5", () => {
     }
   });
 
-  it("type-checks the spec's variant with its cast, and its feedback function", () => {
+  it("type-checks a broker that casts invokeTool's outcome, and a feedback function over outcomes", () => {
     const tool = defineTool({
       id: "t",
       version: "1",
@@ -139,17 +139,7 @@ describe("the example of issue 5", () => {
 // ---- shared fixtures for the rest of the file ----
 
 const SCOPE = { principalId: "user-1", projectId: "demo" };
-const LIMITS: CodeProgramLimits = {
-  cpuMillis: 1_000,
-  wallTimeMillis: 5_000,
-  memoryBytes: 32 * 1024 * 1024,
-  scratchBytes: 0,
-  maxInputBytes: 64 * 1024,
-  maxOutputBytes: 64 * 1024,
-  maxToolInputBytes: 16 * 1024,
-  maxToolCalls: 50,
-  maxToolConcurrency: 4,
-};
+const LIMITS: CodeProgramLimits = { ...CODE_PROGRAM_LIMITS, maxToolCalls: 50, maxToolConcurrency: 4 };
 
 let sequence = 0;
 /** A signal that never aborts, for executions the test does not cancel (execute requires one). */

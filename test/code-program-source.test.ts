@@ -7,7 +7,7 @@ import { Budget, defineTool, invokeTool, z } from "airlock-codemode";
 import { createQuickJsSandboxAdapter } from "airlock-codemode/adapter-code-quickjs";
 import { createCodeMode, defineCodeProgram, MAX_SOURCE_CHARS } from "airlock-codemode/code-mode";
 import { afterAll, describe, expect, it } from "vitest";
-import { refusalOf } from "./helpers/code-mode.ts";
+import { refusalOf, testLimits } from "./helpers/code-mode.ts";
 
 const double = defineTool({
   id: "math.double",
@@ -33,17 +33,7 @@ const define = (source: string) =>
     inputSchemaId: "n.v1",
     outputSchemaId: "number.v1",
     tools: [double],
-    limits: {
-      cpuMillis: 1_000,
-      wallTimeMillis: 10_000,
-      memoryBytes: 16 * 1024 * 1024,
-      scratchBytes: 0,
-      maxInputBytes: 1_024,
-      maxOutputBytes: 1_024,
-      maxToolInputBytes: 1_024,
-      maxToolCalls: 4,
-      maxToolConcurrency: 1,
-    },
+    limits: testLimits(),
   });
 
 /** The error `define(source)` throws, or undefined. */

@@ -1,9 +1,9 @@
 /**
- * A hostile execution harms only itself, also when many run at once (SECURITY.md 27-30), in every pooled launcher:
- * nothing waits behind a computing script, a kill takes only the culprit (its neighbours are rebuilt elsewhere from
- * their journals, none of their calls made twice), unawaited calls and output count against the memory limit, the
- * host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about order and counts,
- * never about time: neighbours must finish while the culprit still computes.
+ * A hostile execution harms only itself, also when many run at once (docs/security.md, Executions beside each other),
+ * in every pooled launcher: nothing waits behind a computing script, a kill takes only the culprit (its neighbours are
+ * rebuilt elsewhere from their journals, none of their calls made twice), unawaited calls and output count against the
+ * memory limit, the host's guest memory is bounded, and the calls of one execution are bounded. Assertions are about
+ * order and counts, never about time: neighbours must finish while the culprit still computes.
  */
 
 import {
@@ -22,6 +22,7 @@ import {
   PROTOCOL_MAX_CONNECTIONS,
 } from "airlock-codemode/adapter-code-quickjs";
 import {
+  CODE_PROGRAM_LIMITS,
   type CodeExecutionOutcome,
   type CodeModeInvokeTool,
   createCodeMode,
@@ -469,17 +470,7 @@ const programOf = (source: string, cpuMillis: number, wallTimeMillis = 30_000) =
     inputSchemaId: "any.v1",
     outputSchemaId: "any.v1",
     tools: [echo, slowTool],
-    limits: {
-      cpuMillis,
-      wallTimeMillis,
-      memoryBytes: 32 * 1024 * 1024,
-      scratchBytes: 0,
-      maxInputBytes: 4_096,
-      maxOutputBytes: 4_096,
-      maxToolInputBytes: 1_024,
-      maxToolCalls: 20,
-      maxToolConcurrency: 2,
-    },
+    limits: { ...CODE_PROGRAM_LIMITS, cpuMillis, wallTimeMillis, maxToolConcurrency: 2 },
   });
 let executions = 0;
 const context = (signal?: AbortSignal) => ({

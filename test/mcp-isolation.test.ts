@@ -1,13 +1,13 @@
 /**
- * A hostile execution harms only itself in the gateway too (SECURITY.md 27-30), with several executions at once:
- * nothing waits behind a spinning program, a loop of slow built-ins is stopped near its deadline while a neighbour
- * parked on a slow upstream call finishes (that call sent once), a flood of huge unawaited calls fails its own
- * execution at its memory limit, a call too large for a stdio server to read fails alone before it is sent (the
- * server would close its connection, and every execution's calls to it would fail), and the calls of one execution
- * are bounded. Real parts only: `airlock serve` from its
- * build, over Streamable HTTP (one client session each) and over stdio (one client, whose requests run at once: a
- * stdio gateway serves one client), the official SDK client, and a real upstream server (paged-server.mjs --hold)
- * that counts the calls it gets. Assertions are about order and counts; the one bound in time is a wide margin.
+ * A hostile execution harms only itself in the gateway too (docs/security.md, Executions beside each other), with
+ * several executions at once: nothing waits behind a spinning program, a loop of slow built-ins is stopped near its
+ * deadline while a neighbour parked on a slow upstream call finishes (that call sent once), a flood of huge unawaited
+ * calls fails its own execution at its memory limit, a call too large for a stdio server to read fails alone before it
+ * is sent (the server would close its connection, and every execution's calls to it would fail), and the calls of one
+ * execution are bounded. Real parts only: `airlock serve` from its build, over Streamable HTTP (one client session
+ * each) and over stdio (one client, whose requests run at once: a stdio gateway serves one client), the official SDK
+ * client, and a real upstream server (paged-server.mjs --hold) that counts the calls it gets. Assertions are about
+ * order and counts; the one bound in time is a wide margin.
  */
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";

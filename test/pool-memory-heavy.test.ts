@@ -1,12 +1,12 @@
 /**
- * Memory-heavy executions beside each other on a small pool (SECURITY.md 35), in every pooled launcher: 16 executions
- * that each fill 60 MiB and then await an 800 ms tool, on two VM sides, under a guest-memory budget of four such
- * executions and under the default budget (which fits all 16 here). Moves must not multiply the work (a move repeats
- * what the run computed so far) nor the memory (the copy a move leaves behind holds its memory until it ends): the
- * whole finishes within twice its bound, and the host with its child processes grows by at most what the executions
- * the budget lets run at once may hold, plus each VM side's own overhead (docs/security.md). The bound is the
- * issue's, 16 x 0.8 s of tool wait over the executions the budget lets run at once, with the executions' own compute
- * counted too (see boundOf): on two busy cores 16 fills of 60 MiB take about as long as their tool waits.
+ * Memory-heavy executions beside each other on a small pool (docs/security.md, Executions beside each other: Memory),
+ * in every pooled launcher: 16 executions that each fill 60 MiB and then await an 800 ms tool, on two VM sides, under a
+ * guest-memory budget of four such executions and under the default budget (which fits all 16 here). Moves must not
+ * multiply the work (a move repeats what the run computed so far) nor the memory (the copy a move leaves behind holds
+ * its memory until it ends): the whole finishes within twice its bound, and the host with its child processes grows by
+ * at most what the executions the budget lets run at once may hold, plus each VM side's own overhead. The bound is 16 x
+ * 0.8 s of tool wait over the executions the budget lets run at once, with the executions' own compute counted too (see
+ * boundOf): on two busy cores 16 fills of 60 MiB take about as long as their tool waits.
  */
 import { totalmem } from "node:os";
 import { Budget, type CodemodeTool, DEFAULT_GUEST_MEMORY_SHARE, defineTool, invokeTool, z } from "airlock-codemode";
@@ -85,7 +85,7 @@ describe.each(pooledLaunchers)("$name pool with memory-heavy executions beside e
     `runs ${EXECUTIONS} executions that fill 60 MiB and await a tool within twice their bound under $budget, holding no more than it`,
     async ({ maxTotalMemoryBytes }) => {
       const budget = maxTotalMemoryBytes ?? Math.floor(totalmem() * DEFAULT_GUEST_MEMORY_SHARE);
-      // How many run at once: the issue's bound is every execution's tool wait, that many at a time.
+      // How many run at once: the bound is every execution's tool wait, that many at a time.
       const atOnce = Math.min(EXECUTIONS, Math.floor(budget / LIMIT));
       const toolBoundMs = (EXECUTIONS * TOOL_MS) / atOnce;
       let holding = 0;

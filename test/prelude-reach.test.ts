@@ -1,8 +1,8 @@
 /**
- * Nothing of the bridge is reachable, by any route (issue 17; SECURITY.md items 31 and 32): the stack-trace hooks
- * through which a script obtained the prelude's own functions are closed before any script runs; every call a VM
- * side sends is checked on the host against what the run offers; and store writes are safe to apply with the
- * `Object.assign(saved, result.storeWrites.set)` of docs/sandbox.md (Store), whatever keys the script chose.
+ * Nothing of the bridge is reachable, by any route (docs/sandbox.md, What a script sees and How a run is kept apart):
+ * the stack-trace hooks through which a script obtained the prelude's own functions are closed before any script runs;
+ * every call a VM side sends is checked on the host against what the run offers; and store writes are safe to apply
+ * with the `Object.assign(saved, result.storeWrites.set)` of docs/sandbox.md (Store), whatever keys the script chose.
  */
 import type { CodemodeHostCall } from "airlock-codemode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -1,8 +1,9 @@
 /**
- * SECURITY.md 26 from inside the sandboxed child. Each probe starts through exactly the launch path of the pool's
- * children (bwrap or runsc, the launch helper, both seccomp filters, the rlimits, an empty environment), with a
- * test-only program in the child's place, and reports what the kernel answered. The assertions are on the errno (or
- * on the file not being there), so that a denial is proven, not inferred from silence.
+ * The process tier's denials (docs/security.md, What each launcher stops, and what it does not), proven from inside the
+ * sandboxed child. Each probe starts through exactly the launch path of the pool's children (bwrap or runsc, the launch
+ * helper, both seccomp filters, the rlimits, an empty environment), with a test-only program in the child's place, and
+ * reports what the kernel answered. The assertions are on the errno (or on the file not being there), so that a denial
+ * is proven, not inferred from silence.
  */
 import { spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -86,7 +87,7 @@ function replaceNode(plan: ChildPlan, program: string): ChildPlan {
 
 // One describe per runtime, skipped where it is missing: a file whose suites are all left out would fail as empty.
 for (const { runtime, available } of runtimes) {
-  describe.runIf(available)(`SECURITY.md 26 under ${runtime}`, () => probes(runtime));
+  describe.runIf(available)(`the child's denials under ${runtime}`, () => probes(runtime));
 }
 
 function probes(runtime: "bwrap" | "gvisor"): void {

@@ -1,7 +1,7 @@
 /**
- * The process tier: the framed channel (SECURITY.md 24 for child processes), a child killed mid-execution, the
- * construction checks (no silent downgrade), and what `protections` reports. Behaviour shared with the other
- * launchers runs in sandbox/security/deterministic.test.ts through test/helpers/sandboxes.ts.
+ * The process tier: the framed channel (malformed traffic from a child fails its executions), a child killed
+ * mid-execution, the construction checks (no silent downgrade), and what `protections` reports. Behaviour shared with
+ * the other launchers runs in sandbox/security/deterministic.test.ts through test/helpers/sandboxes.ts.
  */
 import {
   type CodemodeTool,

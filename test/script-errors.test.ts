@@ -1,6 +1,7 @@
 /**
- * Errors a model can act on (issue 17): a failed property call names the property and the close matches (also for
- * namespaced globals), and an error the engine raised names the callee and quotes the script's failing line.
+ * Errors a model can act on (docs/sandbox.md, What a script sees and Results): a failed property call names the
+ * property and the close matches (also for namespaced globals), and an error the engine raised names the callee and
+ * quotes the script's failing line.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launchers } from "./helpers/sandboxes.ts";

@@ -1,6 +1,7 @@
 /**
- * The hostile programs of SECURITY.md that concern the sandbox (1-5, 7, 8, 10-16, 19, 20), in every launcher.
- * "Host survives" is checked by running a plain execution after each one.
+ * Hostile programs against the sandbox, in every launcher (docs/security.md, What every launcher keeps in the host):
+ * ambient authority, time, memory and size, and tool calls that outlive their run. "Host survives" is checked by
+ * running a plain execution after each one.
  */
 import { type CodemodeSandboxBase, type CodemodeTool, MAX_VALUE_CHARS } from "airlock-codemode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -45,7 +46,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(next.ok && next.value).toEqual(["undefined", 42]);
   };
 
-  it("1: finds no ambient authority", async () => {
+  it("finds no ambient authority", async () => {
     const result = await run(`return [typeof process, typeof require, typeof module, typeof fetch, typeof setTimeout,
       typeof setInterval, typeof WebAssembly, typeof Buffer, typeof std, typeof os, typeof __airlock_host,
       Object.getOwnPropertyNames(globalThis).filter((n) => /airlock|host|bridge/i.test(n))];`);
@@ -54,7 +55,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(!meta.ok && meta.error).toMatchObject({ kind: "script", name: "SyntaxError" });
   });
 
-  it("2: reaches only the VM's own objects through constructors, eval and import()", async () => {
+  it("reaches only the VM's own objects through constructors, eval and import()", async () => {
     const result = await run(`
       const viaFunction = Function("return this")();
       const viaCtor = (() => {}).constructor.constructor("return this")();
@@ -68,7 +69,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(!imported.ok && imported.error.message).toMatch(/node:fs/);
   });
 
-  it("3: overwritten intrinsics do not change what the bridge sends, and intrinsics stay frozen", async () => {
+  it("overwritten intrinsics do not change what the bridge sends, and intrinsics stay frozen", async () => {
     calls.length = 0;
     const result = await run(`
       const attempts = [
@@ -100,7 +101,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(calls).toEqual([{ name: "echo", args: { list: [1, 2], nested: { ok: true } } }]);
   });
 
-  it("4: __proto__, constructor and prototype keys stay plain data on the host", async () => {
+  it("__proto__, constructor and prototype keys stay plain data on the host", async () => {
     calls.length = 0;
     const result = await run(`
       const arg = JSON.parse('{"__proto__": {"polluted": 1}, "constructor": {"prototype": {"polluted": 2}}}');
@@ -132,7 +133,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(seen.ok && seen.value).toEqual([true, ["__proto__", "a"], null]);
   });
 
-  it("5: mutations of globalThis, Object.prototype and Math.random do not reach the next execution", async () => {
+  it("mutations of globalThis, Object.prototype and Math.random do not reach the next execution", async () => {
     const first = await run(`
       globalThis.leaked = "secret";
       try { Object.prototype.leaked = 1; } catch {}
@@ -149,7 +150,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect([r1, r2]).not.toEqual(first.value);
   });
 
-  it("7: while(true){} ends with timeout", async () => {
+  it("while(true){} ends with timeout", async () => {
     const result = await run("while (true) {}", { timeoutMs: 200 });
     expect(!result.ok && result.error).toEqual({ kind: "timeout", message: "The execution timed out after 200 ms" });
     await hostSurvives();
@@ -162,18 +163,18 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     ],
     ["await null in a loop", "while (true) await null;"],
     ["an endless promise chain", "const f = () => Promise.resolve().then(f); f(); await new Promise(() => {});"],
-  ])("8: %s is still stopped", async (_, code) => {
+  ])("%s is still stopped", async (_, code) => {
     const result = await run(code, { timeoutMs: 200 });
     expect(!result.ok && result.error.kind).toBe("timeout");
     await hostSurvives();
   });
 
-  it("10: a promise nothing can settle fails at once, not at the deadline", async () => {
+  it("a promise nothing can settle fails at once, not at the deadline", async () => {
     const result = await run("await new Promise(() => {});", { timeoutMs: 60_000 });
     expect(!result.ok && result.error.message).toMatch(/can never settle/);
   });
 
-  it("11: an abort during a tool call cancels it and aborts its signal", async () => {
+  it("an abort during a tool call cancels it and aborts its signal", async () => {
     signals.length = 0;
     const controller = new AbortController();
     const pending = run("await tools.hang();", { signal: controller.signal, timeoutMs: 10_000 });
@@ -187,7 +188,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     await hostSurvives();
   });
 
-  it.runIf(name === "worker")("11: an abort during a CPU loop stops it", async () => {
+  it.runIf(name === "worker")("an abort during a CPU loop stops it", async () => {
     const controller = new AbortController();
     const pending = run("while (true) {}", { signal: controller.signal, timeoutMs: 10_000 });
     setTimeout(() => controller.abort(), 50);
@@ -201,7 +202,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     ["a huge string", `const s = "x".repeat(1e9); return s.length;`],
     ["millions of small objects", "const m = new Map(); for (let i = 0; ; i++) m.set(i, { i });"],
     ["a huge globalThis property", "globalThis.big = []; for (;;) globalThis.big.push(new Array(1e5).fill(1));"],
-  ])("12: %s runs out of memory at the limit and the host survives", async (_, code) => {
+  ])("%s runs out of memory at the limit and the host survives", async (_, code) => {
     const rssBefore = process.memoryUsage().rss;
     const result = await run(code, { timeoutMs: 20_000 });
     expect(result.ok).toBe(false);
@@ -213,7 +214,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     await hostSurvives();
   });
 
-  it("13: catching the allocation failure gives no more than the limit", async () => {
+  it("catching the allocation failure gives no more than the limit", async () => {
     const result = await run(
       `
       const chunks = [];
@@ -238,7 +239,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
       "const o = { toJSON() { return { inner: JSON.stringify(o) }; } }; return JSON.stringify(o);",
     ],
     ["recursion through a getter", "const o = { get x() { return JSON.stringify(o); } }; return JSON.stringify(o);"],
-  ])("14: %s gives a catchable RangeError/InternalError", async (_, code) => {
+  ])("%s gives a catchable RangeError/InternalError", async (_, code) => {
     const caught = await run(`try { ${code} } catch (e) { return [e instanceof Error, e.name]; }`, {
       timeoutMs: 30_000,
     });
@@ -255,13 +256,13 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     await hostSurvives();
   });
 
-  it("14: deeply nested JSON.parse input does not crash the host", async () => {
+  it("deeply nested JSON.parse input does not crash the host", async () => {
     const result = await run("return JSON.parse('['.repeat(1e6) + ']'.repeat(1e6));");
     expect(!result.ok && result.error).toMatchObject({ kind: "script", name: "RangeError" });
     await hostSurvives();
   });
 
-  it("15: huge return values, tool arguments and store values fail cleanly", async () => {
+  it("huge return values, tool arguments and store values fail cleanly", async () => {
     // Enough heap for a value past MAX_VALUE_CHARS, so that the value limit, not the memory limit, is what breaks.
     const roomy = make({ tools, timeoutMs: 20_000, memoryLimitBytes: 512 * 1024 * 1024 });
     const run = (code: string) => roomy.execute(code);
@@ -279,7 +280,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     await hostSurvives();
   });
 
-  it("16: odd return values give defined results", async () => {
+  it("odd return values give defined results", async () => {
     const results = await Promise.all([
       run("return undefined;"),
       run("return 10n;"),
@@ -300,7 +301,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(depth).toBe(40);
   });
 
-  it("19: calls started and not awaited are cancelled, their signals abort, and the records say so", async () => {
+  it("calls started and not awaited are cancelled, their signals abort, and the records say so", async () => {
     signals.length = 0;
     const result = await run("tools.hang(); tools.hang(); return 'done';");
     expect(result.ok && result.value).toBe("done");
@@ -308,7 +309,7 @@ describe.each(launchers)("$name sandbox under hostile programs", ({ name, make }
     expect(signals.map((s) => s.aborted)).toEqual([true, true]);
   });
 
-  it("20: a tool reference used after the run ended reaches nothing", async () => {
+  it("a tool reference used after the run ended reaches nothing", async () => {
     calls.length = 0;
     const result = await run(`
       const keep = tools.echo;

@@ -418,7 +418,7 @@ describe("per-caller registries", () => {
 });
 
 describe("codes", () => {
-  it("lists every public code of the issue", () => {
+  it("lists every public code that docs/governed-programs.md (Errors) names", () => {
     expect([...ERROR_CODES].sort()).toEqual(
       [
         "PERMISSION_DENIED",

@@ -33,6 +33,7 @@ import { createCodeMode, defineCodeProgram } from "airlock-codemode/code-mode";
 import { McpGateway } from "airlock-codemode/mcp";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { paged, REPO_ROOT } from "./fixtures/mcp/servers.ts";
+import { testLimits } from "./helpers/code-mode.ts";
 
 const exporter = new InMemorySpanExporter();
 const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
@@ -191,17 +192,7 @@ describe("code mode", () => {
       inputSchemaId: "skus.v1",
       outputSchemaId: "total.v1",
       tools: [price],
-      limits: {
-        cpuMillis: 500,
-        wallTimeMillis: 10_000,
-        memoryBytes: 32 * 1024 * 1024,
-        scratchBytes: 1_024,
-        maxInputBytes: 4_096,
-        maxOutputBytes: 4_096,
-        maxToolInputBytes: 1_024,
-        maxToolCalls: 10,
-        maxToolConcurrency: 1,
-      },
+      limits: testLimits({ maxToolCalls: 10 }),
     });
     const budget = new Budget(0, 10);
     const mode = createCodeMode({

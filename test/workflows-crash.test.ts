@@ -1,8 +1,8 @@
 /**
- * Crashes of real processes (issue 18): a worker is SIGKILLed while it waits for an approval, and right after the
- * effect, the receipt and the completion of a durable write phase; a new process on the same store finishes what can
- * be finished. The write appends to a log file, so "nothing ran twice" is counted across processes. On PostgreSQL, two
- * worker processes also race for the same runs.
+ * Crashes of real processes (docs/durable-programs.md, Crashes): a worker is SIGKILLed while it waits for an approval,
+ * and right after the effect, the receipt and the completion of a durable write phase; a new process on the same store
+ * finishes what can be finished. The write appends to a log file, so "nothing ran twice" is counted across processes.
+ * On PostgreSQL, two worker processes also race for the same runs.
  */
 import { type ChildProcess, fork } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";

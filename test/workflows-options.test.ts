@@ -32,6 +32,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { WorkflowCommands } from "../dist/workflows/store.js";
 import { dropSchema, freshSchema, query } from "./helpers/postgres.ts";
 import { requirePostgres } from "./helpers/system-tools.ts";
+import { submitAndSettle } from "./helpers/workflow-runs.ts";
 
 const url = await requirePostgres();
 const scope = { principalId: "dev", projectId: "project" };
@@ -370,8 +371,7 @@ describe("store calls that do not answer", () => {
       store: startHangs.store,
       storageTimeoutMs: 200,
     });
-    const second = await unsure.submit(definition, { input: { value: 2 }, idempotencyKey: "no-start" });
-    const result = await unsure.runUntilSettled(definition, second.id);
+    const { run: second, settled: result } = await submitAndSettle(unsure, definition, { value: 2 }, "no-start");
     expect(result.steps.write).toMatchObject({
       status: "failed",
       receipt: { execution: "not_started" },
@@ -605,8 +605,8 @@ describe("createPostgresStore options", () => {
       await pgStore.initialize();
       const runtime = createScheduledWorkflowRuntime({ ...base(), store: pgStore });
       const definition = single(tool());
-      const run = await runtime.submit(definition, { input: { value: 1 }, idempotencyKey: "default-schema" });
-      expect((await runtime.runUntilSettled(definition, run.id)).status).toBe("succeeded");
+      const { run, settled } = await submitAndSettle(runtime, definition, { value: 1 }, "default-schema");
+      expect(settled.status).toBe("succeeded");
       await runtime.close();
       await pgStore.close();
       const tables = await query(

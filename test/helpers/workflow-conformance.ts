@@ -13,6 +13,7 @@ import {
 } from "airlock-codemode/workflows";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { WorkflowCommands } from "../../dist/workflows/store.js";
+import { submitAndSettle } from "./workflow-runs.ts";
 
 export interface StoreFixture {
   store: WorkflowStore;
@@ -56,6 +57,18 @@ function writeTool(
     costMicros: options.costMicros ?? 1,
     execute: (input: { value: number }) => (options.execute ? options.execute(input) : input),
   }) as Tool;
+}
+
+/** A write tool's handler that returns its input and counts its runs: `effects` is how often the effect happened. */
+function counted() {
+  const count = {
+    effects: 0,
+    execute: (input: { value: number }) => {
+      count.effects++;
+      return input;
+    },
+  };
+  return count;
 }
 
 function single(tool: Tool, approval = false): AnyWorkflow {
@@ -215,32 +228,22 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         result: { kind: "step", stepId: "second", path: [] },
       });
       const engine = runtime();
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "sequence" });
-      expect((await engine.runUntilSettled(definition, run.id)).output).toEqual({ value: 30 });
+      const { settled } = await submitAndSettle(engine, definition, { value: 2 }, "sequence");
+      expect(settled.output).toEqual({ value: 30 });
     });
 
     it("waits for a verified person without reserving budget, and keeps the approval across a reopened store", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          costMicros: 3,
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-        true,
-      );
+      const write = counted();
+      const definition = single(writeTool({ costMicros: 3, execute: write.execute }), true);
       const first = runtime();
-      const run = await first.submit(definition, { input: { value: 2 }, idempotencyKey: "approval" });
-      const waiting = await first.runUntilSettled(definition, run.id);
+      const { run, settled: waiting } = await submitAndSettle(first, definition, { value: 2 }, "approval");
       expect(waiting.status).toBe("waiting");
       expect(waiting.steps.write?.status).toBe("waiting");
       expect(waiting.budget).toEqual({ spentMicros: 0, reservedMicros: 0, maxCostMicros: 10 });
       const approval = waiting.steps.write?.approval;
       expect(approval).toMatchObject({ digest: expect.stringMatching(/^[a-f0-9]{64}$/), humanId: null });
       expect(approval?.expiresAt).toBeGreaterThan(Date.now());
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
       // Asking again changes nothing while the request is live.
       expect((await first.runUntilSettled(definition, run.id)).steps.write?.approval).toEqual(approval);
       await first.close();
@@ -261,26 +264,18 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         budget: { spentMicros: 3, reservedMicros: 0 },
       });
       expect(done.steps.write?.approval?.humanId).toBe("human-a");
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
       const text = JSON.stringify(await second.events(run.id));
       expect(text).not.toContain(HUMAN);
       expect(text).not.toContain("SECRET");
     });
 
     it("refuses an unverified person, another project's person, a wrong digest and a malformed one", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-        true,
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }), true);
       const engine = runtime();
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "denied" });
-      const digest = (await engine.runUntilSettled(definition, run.id)).steps.write?.approval?.digest as string;
+      const { run, settled } = await submitAndSettle(engine, definition, { value: 2 }, "denied");
+      const digest = settled.steps.write?.approval?.digest as string;
       const attempt = (r: ScheduledWorkflowRuntime, d: string, credential: unknown = HUMAN) =>
         r.approve({ id: run.id, nodeId: "write", digest: d, credential });
       await expect(attempt(engine, digest, "forged")).rejects.toMatchObject({ code: "PERMISSION_DENIED" });
@@ -296,7 +291,7 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       await expect(attempt(viewer, digest)).rejects.toMatchObject({ code: "PERMISSION_DENIED" });
       const none = runtime({ verifyHuman: undefined });
       await expect(attempt(none, digest)).rejects.toMatchObject({ code: "PERMISSION_DENIED" });
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
       expect((await engine.inspect(run.id)).status).toBe("waiting");
     });
 
@@ -344,21 +339,13 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     });
 
     it("refuses an expired approval, then asks again with a fresh digest", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-        true,
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }), true);
       // Long enough for the second approval to be admitted before it lapses too, even on a loaded machine.
       const ttl = { approvalTtlMs: 2_000 };
       const engine = runtime(ttl);
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "expired" });
-      const first = (await engine.runUntilSettled(definition, run.id)).steps.write?.approval?.digest as string;
+      const { run, settled } = await submitAndSettle(engine, definition, { value: 2 }, "expired");
+      const first = settled.steps.write?.approval?.digest as string;
       await sleep(2_100);
       await expect(
         engine.approve({ id: run.id, nodeId: "write", digest: first, credential: HUMAN }),
@@ -369,42 +356,26 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       expect(again.status).toBe("waiting");
       const fresh = again.steps.write?.approval?.digest as string;
       expect(fresh).not.toBe(first);
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
       const slow = runtime(ttl);
       await slow.approve({ id: run.id, nodeId: "write", digest: fresh, credential: HUMAN });
       expect((await slow.runUntilSettled(definition, run.id)).status).toBe("succeeded");
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
     });
 
     it("blocks a step whose grants are missing before asking anyone", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-        true,
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }), true);
       const engine = runtime({ permissions: { allow: ["tool:fixture.write"] } });
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "grants" });
-      const result = await engine.runUntilSettled(definition, run.id);
+      const { settled: result } = await submitAndSettle(engine, definition, { value: 2 }, "grants");
       expect(result.status).toBe("blocked");
       expect(result.steps.write).toMatchObject({ status: "blocked", approval: null });
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
     });
 
     it("gives the same run for the same key, CONFLICT for other input, and nothing to another scope", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }));
       const engine = runtime();
       const runs = await Promise.all(
         Array.from({ length: 6 }, () => engine.submit(definition, { input: { value: 2 }, idempotencyKey: "same" })),
@@ -428,7 +399,7 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       });
       const other = runtime({ scope: { ...scope, projectId: "project-b" } });
       expect((await other.submit(definition, { input: { value: 2 }, idempotencyKey: "same" })).id).not.toBe(id);
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
       await expect(engine.inspect("nope")).rejects.toMatchObject({ code: "INVALID_INPUT" });
     });
 
@@ -444,8 +415,7 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         }),
       );
       const engine = runtime();
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "refused-output" });
-      const result = await engine.runUntilSettled(definition, run.id);
+      const { run, settled: result } = await submitAndSettle(engine, definition, { value: 2 }, "refused-output");
       expect(result.status).toBe("failed");
       expect(result.steps.write).toMatchObject({
         status: "failed",
@@ -471,8 +441,7 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         result: { kind: "step", stepId: "after", path: [] },
       });
       const engine = runtime();
-      const run = await engine.submit(definition, { input: { value: "text" }, idempotencyKey: "bad-input" });
-      const result = await engine.runUntilSettled(definition, run.id);
+      const { settled: result } = await submitAndSettle(engine, definition, { value: "text" }, "bad-input");
       expect(result.status).toBe("failed");
       expect(result.steps.first?.status).toBe("failed");
       expect(result.steps.after?.status).toBe("skipped");
@@ -490,8 +459,7 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         writeTool({ id: "fixture.second", costMicros: 6, execute }),
       );
       const engine = runtime();
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "budget" });
-      const result = await engine.runUntilSettled(definition, run.id);
+      const { settled: result } = await submitAndSettle(engine, definition, { value: 2 }, "budget");
       expect(result.status).toBe("blocked");
       expect(effects).toBe(1);
       expect(result.budget).toEqual({ spentMicros: 6, reservedMicros: 0, maxCostMicros: 10 });
@@ -527,22 +495,15 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     });
 
     it("cancels before a step starts without an effect or a reservation", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }));
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "cancel-before" });
       expect((await engine.cancel(run.id)).status).toBe("cancelled");
       const result = await engine.runUntilSettled(definition, run.id);
       expect(result).toMatchObject({ status: "cancelled", budget: { spentMicros: 0, reservedMicros: 0 } });
       expect(result.steps.write?.status).toBe("skipped");
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
     });
 
     it("holds a running step's cost after cancellation until its late receipt, and never shows its output", async () => {
@@ -593,15 +554,8 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     it("never dispatches again when the acknowledgement of a persisted start is lost", async () => {
       let lost = false;
       const backing = store.workflows;
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }));
       const faulty = runtime({
         leaseMs: 1_000,
         store: wrapped({
@@ -615,15 +569,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
           },
         }),
       });
-      const run = await faulty.submit(definition, { input: { value: 2 }, idempotencyKey: "lost-start" });
-      await faulty.runUntilSettled(definition, run.id);
+      const { run } = await submitAndSettle(faulty, definition, { value: 2 }, "lost-start");
       await faulty.close();
       await sleep(1_100);
       const healthy = runtime();
       expect((await healthy.recoverExpired(run.id)).steps.write?.status).toBe("unknown");
       const result = await healthy.runUntilSettled(definition, run.id);
       expect(lost).toBe(true);
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
       expect(result).toMatchObject({
         status: "outcome_unknown",
         output: null,
@@ -634,15 +587,8 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     it("keeps a committed completion whose acknowledgement was lost, without running the tool again", async () => {
       let lost = false;
       const backing = store.workflows;
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }));
       const faulty = runtime({
         store: wrapped({
           complete: async (command) => {
@@ -659,7 +605,7 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       await faulty.runUntilSettled(definition, run.id).catch(() => {});
       const result = await runtime().runUntilSettled(definition, run.id);
       expect(result).toMatchObject({ status: "succeeded", budget: { spentMicros: 1, reservedMicros: 0 } });
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
     });
 
     it("takes over an expired lease that never started without reserving its cost again", async () => {
@@ -667,16 +613,8 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       const proceed = deferred();
       const backing = store.workflows;
       let held = false;
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          costMicros: 3,
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ costMicros: 3, execute: write.execute }));
       const slow = runtime({
         leaseMs: 1_000,
         store: wrapped({
@@ -700,10 +638,10 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
       expect((await fresh.recoverExpired(run.id)).budget).toMatchObject({ spentMicros: 0, reservedMicros: 3 });
       proceed.resolve();
       await Promise.allSettled([stale]);
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
       const result = await fresh.runUntilSettled(definition, run.id);
       expect(result).toMatchObject({ status: "succeeded", budget: { spentMicros: 3, reservedMicros: 0 } });
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
       const fences = (await fresh.events(run.id)).filter((e) => e.type === "job.claimed").map((e) => e.data.fence);
       expect(fences).toEqual([1, 2]);
     });
@@ -720,24 +658,17 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
         }),
       );
       const engine = runtime({ leaseMs: 1_000 });
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "renewal" });
-      expect((await engine.runUntilSettled(definition, run.id)).status).toBe("succeeded");
+      const { run, settled } = await submitAndSettle(engine, definition, { value: 2 }, "renewal");
+      expect(settled.status).toBe("succeeded");
       expect(effects).toBe(1);
       expect((await engine.events(run.id)).filter((e) => e.type === "job.claimed")).toHaveLength(1);
     });
 
     it("ends a step whose lease lapsed before its receipt as unknown, and does not complete it", async () => {
-      let effects = 0;
       let completions = 0;
       const backing = store.workflows;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }));
       const engine = runtime({
         leaseMs: 1_000,
         store: wrapped({
@@ -752,15 +683,14 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
           },
         }),
       });
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "lapsed" });
-      const result = await engine.runUntilSettled(definition, run.id);
+      const { settled: result } = await submitAndSettle(engine, definition, { value: 2 }, "lapsed");
       expect(result).toMatchObject({ status: "outcome_unknown", budget: { spentMicros: 1, reservedMicros: 0 } });
       expect(result.steps.write).toMatchObject({
         status: "unknown",
         receipt: { execution: "succeeded", disclosure: "withheld" },
       });
       expect(completions).toBe(0);
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
     });
 
     it("settles an unknown effect only through a verifier, and keeps contradictions as evidence", async () => {
@@ -844,32 +774,24 @@ export function workflowConformance(name: string, factory: () => Promise<StoreFi
     });
 
     it("pauses between steps and resumes where it stopped", async () => {
-      let effects = 0;
-      const definition = single(
-        writeTool({
-          execute: (i) => {
-            effects++;
-            return i;
-          },
-        }),
-      );
+      const write = counted();
+      const definition = single(writeTool({ execute: write.execute }));
       const engine = runtime();
       const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "pause" });
       expect((await engine.pause(run.id)).status).toBe("paused");
       expect((await engine.runUntilSettled(definition, run.id)).status).toBe("paused");
-      expect(effects).toBe(0);
+      expect(write.effects).toBe(0);
       await expect(engine.pause(run.id)).resolves.toMatchObject({ status: "paused" });
       expect((await engine.resume(run.id)).status).toBe("running");
       await expect(engine.resume(run.id)).rejects.toMatchObject({ code: "CONFLICT" });
       expect((await engine.runUntilSettled(definition, run.id)).status).toBe("succeeded");
-      expect(effects).toBe(1);
+      expect(write.effects).toBe(1);
     });
 
     it("treats a record changed behind the store's back as STORAGE_UNAVAILABLE", async () => {
       const definition = single(writeTool());
       const engine = runtime();
-      const run = await engine.submit(definition, { input: { value: 2 }, idempotencyKey: "forged" });
-      await engine.runUntilSettled(definition, run.id);
+      const { run } = await submitAndSettle(engine, definition, { value: 2 }, "forged");
       const events = await engine.events(run.id);
       expect(events.length).toBeGreaterThan(0);
       const records = await store.list({ kind: "workflow-run", limit: 10 });

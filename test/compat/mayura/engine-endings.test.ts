@@ -1,6 +1,6 @@
 /**
  * Mayura's cases about how a run ended, which code mode can only tell apart when the engine reports it as a
- * structured reason rather than as an error's text (the lead's engine work, through src/host/run-program.ts):
+ * structured reason rather than as an error's text (src/host/run-program.ts):
  * - a program that throws its own `InternalError("out of memory")` has thrown; it did not meet the memory limit;
  * - a program that catches a refused allocation sees it and may go on, and never gets more than its limit;
  * - a program whose promise can never settle fails at once as TOOL_FAILED, with no programError written by Airlock

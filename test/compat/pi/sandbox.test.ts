@@ -1,7 +1,7 @@
 /**
  * pi-codemode's sandbox test cases (packages/codemode/test/sandbox.test.ts of earendil-works/pi), ported, and the
- * behaviours of pi-codemode 1.6.0 that issue 17 found missing from Airlock. Each runs against every Airlock launcher
- * and against pi-codemode itself (see targets.ts).
+ * behaviours of pi-codemode 1.6.0 that Airlock lacked before (docs/compatibility.md, pi-codemode). Each runs against
+ * every Airlock launcher and against pi-codemode itself (see targets.ts).
  */
 import vm from "node:vm";
 import type { CodemodeTool } from "airlock-codemode";
@@ -682,7 +682,7 @@ describe.each(targets)("$name: escape hatches", (target) => {
   });
 });
 
-/** What issue 17 found pi-codemode 1.6.0 doing and Airlock not: ordinary code that models write. */
+/** What pi-codemode 1.6.0 does that Airlock once did not: ordinary code that models write. */
 describe.each(targets)("$name: behaviours ported code relies on", (target) => {
   const sandboxes = sandboxesOf(target);
   afterEach(() => sandboxes.closeAll());
