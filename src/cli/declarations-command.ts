@@ -2,9 +2,8 @@
  * `airlock declarations`: what a model sees. With `--tools <module>`, the TypeScript declarations of those tools; with
  * `--config <mcp.json>`, the gateway's tool list and instructions exactly as `airlock serve` gives them to a client.
  */
-import { renderDeclarations } from "../declarations/index.ts";
 import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "../gateway/defaults.ts";
-import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
+import { CODEMODE_OPTIONS_LIMITS } from "../source/options-line.ts";
 import { EXIT_OK, parseFlags, positiveInteger, timeoutFlag, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./command.ts";
 import { connectConfig } from "./mcp-config.ts";
@@ -65,6 +64,8 @@ export const declarationsCommand: Command = {
     }
     const threshold = values["index-threshold"];
     const tools = await loadTools(values.tools, io.cwd);
+    // Loaded by this command only: the other commands start without the renderer.
+    const { renderDeclarations } = await import("../declarations/index.ts");
     const text = renderDeclarations(
       { tools },
       threshold === undefined

@@ -2,12 +2,13 @@
 import { constants as bufferConstants } from "node:buffer";
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
+import { setFlagsFromString } from "node:v8";
 // The modules a run needs rather than the package's index, which also loads zod for tool schemas (~0.1 s).
 import { DEFAULT_TIMEOUT_MS } from "../engine/limits.ts";
 import { InlineCodemodeSandbox } from "../inline/sandbox.ts";
-import { IsolationUnavailableError, ProcessCodemodeSandbox } from "../process/index.ts";
 import { type CodemodeSandboxBase, DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
-import { CodemodeSourceError, parseCodemodeSource } from "../source/index.ts";
+import { parseCodemodeSource } from "../source/options-line.ts";
+import { CodemodeSourceError } from "../source/source-error.ts";
 import type {
   CodemodeOutputItem,
   CodemodeProgressEvent,
@@ -151,20 +152,28 @@ async function runScript(
   io: CliIo,
 ): Promise<number> {
   const { isolation, options, code, maxOutputTokens, where, storePath, store } = run;
+  // This process runs one script and exits: V8's optimising tier would compile QuickJS's hot functions in the
+  // background, and Node waits for those jobs before it exits (200-450 ms after the result, measured), for code
+  // that one short run hardly uses. Set before the module is compiled, which the sandbox does.
+  setFlagsFromString("--liftoff-only");
+  // The process tier's modules are loaded only for a run that asks for it.
+  const tier = isolation === "process" || isolation === "gvisor" ? await import("../process/index.ts") : undefined;
   let sandbox: CodemodeSandboxBase;
   try {
     sandbox =
       isolation === "inline"
         ? new InlineCodemodeSandbox(options)
-        : isolation === "process" || isolation === "gvisor"
-          ? new ProcessCodemodeSandbox({
+        : tier
+          ? new tier.ProcessCodemodeSandbox({
               ...options,
               poolSize: 1,
               isolation: { runtime: isolation === "gvisor" ? "gvisor" : "bwrap" },
             })
           : new CodemodeSandbox({ ...options, poolSize: 1 });
   } catch (error) {
-    if (error instanceof IsolationUnavailableError) throw new UsageError(`--isolation ${isolation}: ${error.message}`);
+    if (tier && error instanceof tier.IsolationUnavailableError) {
+      throw new UsageError(`--isolation ${isolation}: ${error.message}`);
+    }
     // The flags and (by loadTools, with the same checks) the tool list were checked above; this keeps the message.
     if (values.tools === undefined && values.config === undefined) throw error;
     const from = [values.tools && `--tools ${values.tools}`, values.config && `--config ${values.config}`];

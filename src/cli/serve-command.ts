@@ -14,7 +14,7 @@ import {
 import type { WaitingDecision } from "../gateway/waiting.ts";
 import type { HttpServing, McpGateway, ParsedMcpConfig } from "../mcp.ts";
 import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
-import { CODEMODE_OPTIONS_LIMITS } from "../source/index.ts";
+import { CODEMODE_OPTIONS_LIMITS } from "../source/options-line.ts";
 import { APPROVER_CREDENTIAL_ENV, EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./command.ts";
 

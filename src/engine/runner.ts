@@ -33,6 +33,8 @@ export interface RunnerOptions extends VmOptions {
   stopFlags?: Int32Array;
   /** VMs kept for concurrent executions; requests past it wait. */
   maxVms: number;
+  /** The post-prelude image made beforehand for this module (prebuilt-image.ts): the VMs are made from it. */
+  image?: VmImage;
   /**
    * Shared with the host (see TURN_SLOTS): which run's turn this thread computes, a count of turns, and when the
    * current one began. The host reads it to tell a run that does not stop from one whose stop waits behind another

@@ -15,6 +15,7 @@ import {
 } from "./protocol.ts";
 import { stopFailure } from "./run.ts";
 import { VmRunner } from "./runner.ts";
+import type { VmImage } from "./vm.ts";
 
 /** Characters of message content one batch may hold; a turn that produces more sends several batches. */
 export const MAX_BATCH_CHARS = 8 * 1024 * 1024;
@@ -39,6 +40,8 @@ export interface ServeOptions {
   maxStackSize: number;
   /** VMs kept for runs that wait on tools at once. */
   maxVms: number;
+  /** The post-prelude image made beforehand for this module (prebuilt-image.ts): the VMs are made from it. */
+  image?: VmImage;
   /** Serve only programs (a run without `program` fails): for VM sides that code mode alone uses. */
   programsOnly?: boolean;
   /** Shared with a host in the same process (see RunnerOptions). */
@@ -97,6 +100,7 @@ export class VmServer {
       module: options.module,
       maxStackSize: options.maxStackSize,
       maxVms: options.maxVms,
+      image: options.image,
       stopFlags: options.stopFlags,
       turn: options.turn,
       turnEpochMs: options.turnEpochMs,

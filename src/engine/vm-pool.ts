@@ -66,13 +66,20 @@ export class VmPool {
   private closed = false;
 
   constructor(
-    private readonly options: VmOptions & { maxVms: number },
+    private readonly options: VmOptions & {
+      maxVms: number;
+      /** The post-prelude image made beforehand for this module (prebuilt-image.ts), if any: no VM then boots. */
+      image?: VmImage;
+    },
     private readonly owner: VmPoolOwner,
   ) {}
 
-  /** Boots the first VM and captures the image every later VM is made from. */
+  /** Makes the first VM from the given image, or boots it and captures the image every later VM is made from. */
   async init(): Promise<void> {
-    const { vm, image } = await GuestVm.boot(this.options);
+    const given = this.options.image;
+    const { vm, image } = given
+      ? { vm: await GuestVm.fromImage(this.options, given), image: given }
+      : await GuestVm.boot(this.options);
     this.image = image;
     this.snapshotKey = snapshotKey(moduleDigestOf(this.options.module), image);
     if (!vm.reset(image)) throw new Error("a freshly booted VM could not be reset");

@@ -109,6 +109,8 @@ export class HostPeer {
   /** Its warm-up runs (see PeerPool.warm), once started: every `warm()` waits for the same runs. */
   warming: Promise<void> | undefined;
   retiring = false;
+  /** Runs launched on it so far: the more, the warmer its code (see PeerPool.pick). */
+  launched = 0;
   /** Resolves once the VM side is killed or gone. */
   readonly gone: Promise<void>;
   private markGone!: () => void;
@@ -176,6 +178,7 @@ export class HostPeer {
   ): string | true {
     const slot = this.slots.pop();
     if (slot === undefined) throw new Error("launch(): the VM side has no free slot");
+    this.launched++;
     const shared = this.channel.shared;
     if (shared) {
       Atomics.store(shared.stopFlags, slot, StopCode.none);

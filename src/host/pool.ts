@@ -387,7 +387,7 @@ export class PeerPool implements Launcher {
   /**
    * The VM side for `run` (new, or moving away from `except`): a booted one with room that does not compute a long turn
    * and may hold it (see mayHold), preferring one whose turn (if any) has not computed for BUSY_AFTER_MS, then the
-   * fewest runs; for a move, only an idle one (a move to a VM side with work queued trades one wait for another, and
+   * fewest runs, then the most run so far; for a move, only an idle one (a move to a VM side with work queued trades one wait for another, and
    * runs that moved together would wait behind each other), or one with fewer runs queued (see below). When there is
    * none, the pool grows (one VM side at a time, up to its largest) and the run waits in the pool until one is free,
    * rather than behind a long turn or a boot it may not need.
@@ -409,7 +409,9 @@ export class PeerPool implements Launcher {
       if (peer === except || !this.takesWork(peer, STUCK_AFTER_MS) || !this.mayHold(peer, run)) continue;
       if (except !== undefined && !peer.idle() && peer.unstarted() + 2 > queuedFrom) continue;
       const score = (this.longTurn(peer, BUSY_AFTER_MS) ? 1e6 : 0) + peer.runs.size;
-      if (score < bestScore) {
+      // Between equals, the one that has run the most: a VM side that booted later (whose code is still cold) does
+      // not take sequential work from a warm one.
+      if (score < bestScore || (score === bestScore && peer.launched > (best as HostPeer).launched)) {
         best = peer;
         bestScore = score;
       }

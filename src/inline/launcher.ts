@@ -2,6 +2,7 @@
 
 import { placedRequest, sandboxFailure, type VmEvent } from "../engine/protocol.ts";
 import { VmRunner } from "../engine/runner.ts";
+import type { VmImage } from "../engine/vm.ts";
 import type { LaunchedRun, Launcher, LaunchRequest } from "../host/launcher.ts";
 import type { GuestMemoryBudget } from "../host/memory-budget.ts";
 import { IdMap } from "../platform/id-map.ts";
@@ -11,6 +12,8 @@ export interface InlineLauncherOptions {
   maxStackSize: number;
   maxVms: number;
   budget: GuestMemoryBudget;
+  /** The post-prelude image made beforehand for the module (see sandbox/module.ts), if any. */
+  image?: VmImage;
 }
 
 interface InlineRun {

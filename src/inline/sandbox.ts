@@ -10,7 +10,7 @@ import {
 import { DeferredLauncher } from "../host/deferred.ts";
 import { countOption, DEFAULT_VMS_PER_THREAD } from "../host/pool-options.ts";
 import { budgetOption, CodemodeSandboxBase, checkOptions } from "../sandbox/base.ts";
-import { withModule } from "../sandbox/module.ts";
+import { prebuiltImageFor, withModule } from "../sandbox/module.ts";
 import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { InlineLauncher } from "./launcher.ts";
 
@@ -38,7 +38,13 @@ export class InlineCodemodeSandbox extends CodemodeSandboxBase {
     const maxVms = countOption(options.maxVms, "maxVms") ?? DEFAULT_VMS_PER_THREAD;
     const budget = budgetOption(options);
     const make = (module: WebAssembly.Module) =>
-      new InlineLauncher({ module, maxStackSize: INLINE_MAX_STACK_SIZE, maxVms, budget });
+      new InlineLauncher({
+        module,
+        maxStackSize: INLINE_MAX_STACK_SIZE,
+        maxVms,
+        budget,
+        image: prebuiltImageFor(module),
+      });
     const inline = withModule(options.wasm, make, "InlineCodemodeSandbox");
     super(onWorkers() ? { ...WORKERS_DEFAULTS, ...options } : options, inline);
     this.inline = inline;

@@ -7,6 +7,7 @@
  * argv[2] is a JSON object of ChildConfig.
  */
 import { WORKER_MAX_STACK_SIZE } from "../engine/limits.ts";
+import { prebuiltImage, vmImageOf } from "../engine/prebuilt-image.ts";
 import type { VmMessage } from "../engine/protocol.ts";
 import { serveVm } from "../engine/serve.ts";
 import { loadQuickJSWasm } from "../engine/wasm/load.ts";
@@ -44,10 +45,13 @@ function main(): void {
     process.stderr.write(`airlock child: ${message}\n`);
     process.exit(70);
   };
+  const module = loadQuickJSWasm();
+  const image = prebuiltImage(module);
   const server = serveVm(
     { send: write, sendNow: (message) => write([message]) },
     {
-      module: loadQuickJSWasm(),
+      module,
+      image: image && vmImageOf(image),
       maxStackSize: WORKER_MAX_STACK_SIZE,
       maxVms: config.maxVms,
       retireCpuMs: config.retireCpuMs,

@@ -18,6 +18,7 @@ import { budgetFor, type GuestMemoryBudget } from "../host/memory-budget.ts";
 import { IdMap } from "../platform/id-map.ts";
 import { isIdentifier, toCodemodeIdentifier } from "../platform/identifier.ts";
 import { booleanOption, durationOption, integerOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { startingSandbox } from "../platform/platform.ts";
 import { explainScriptError } from "../source/script-errors.ts";
 // The one import from a higher layer: TypeScript input is a sandbox option, and erasing types lives with the source format.
 import { CodemodeSourceError } from "../source/source-error.ts";
@@ -34,6 +35,11 @@ import type {
 
 /** Executions `warm()` runs through the host's side of a sandbox (see warmHost). */
 export const HOST_WARM_RUNS = 100;
+/**
+ * Executions after which a sandbox has started (see startingSandbox): its first ones compile the host paths that
+ * every execution takes, and those that calls, output and errors take.
+ */
+const STARTING_EXECUTIONS = 16;
 const WARM_TOOL: CodemodeTool = { name: "warm", execute: (n) => n };
 const WARM_CONFIGURATION = runConfiguration({
   tools: [{ name: "warm", id: "warm", description: "" }],
@@ -117,6 +123,9 @@ export abstract class CodemodeSandboxBase {
   private readonly typescript: boolean;
   private closed = false;
   private closing: Promise<void> | undefined;
+  /** Ends the sandbox's start, after STARTING_EXECUTIONS executions, warm() or close(). */
+  private readonly endStart: () => void = () => {};
+  private executionsEnded = 0;
 
   protected constructor(
     options: CodemodeSandboxBaseOptions,
@@ -134,6 +143,7 @@ export abstract class CodemodeSandboxBase {
       checkLists(options);
       for (const tool of options.tools ?? []) this.registerTool(tool);
       for (const global of options.globals ?? []) this.addGlobal(global);
+      this.endStart = startingSandbox();
     } catch (error) {
       // The launcher is already starting (workers, children, VMs): it must not outlive the error, nor keep the host
       // process alive.
@@ -246,7 +256,10 @@ export abstract class CodemodeSandboxBase {
       onStart: (e) => this.executions.set(id, e),
       onEnd: () => this.executions.delete(id),
     });
-    const result = execution.result.then((result) => explained(result, code));
+    const result = execution.result.then((result) => {
+      if (++this.executionsEnded === STARTING_EXECUTIONS) this.endStart();
+      return explained(result, code);
+    });
     if (trace === undefined) return result;
     return result.then((result) => {
       trace.end({
@@ -385,6 +398,7 @@ export abstract class CodemodeSandboxBase {
   close(): Promise<void> {
     if (!this.closing) {
       this.closed = true;
+      this.endStart();
       for (const execution of [...this.executions.values()]) execution.stop("aborted", "Sandbox closed");
       this.closing = this.launcher.close();
     }
@@ -426,6 +440,8 @@ export abstract class CodemodeSandboxBase {
       });
       await execution.result;
     }
+    // Warm, the host paths are compiled: the sandbox has started.
+    this.endStart();
   }
 
   /** What `execute()` and `start()` throw once the sandbox is closed (pi-codemode's callers expect a rejection). */

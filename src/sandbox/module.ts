@@ -2,14 +2,26 @@
  * The QuickJS module a sandbox runs: the `wasm` option (a compiled module, or a promise of one), or the installed
  * binary where the platform can read it from disk (the Node entry registers that default, worker/sandbox.ts).
  */
+import type { VmImage } from "../engine/vm.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
 import type { Launcher } from "../host/launcher.ts";
 
 /** The default module where the platform can read it from disk (set by the Node entry, worker/sandbox.ts). */
 let defaultModule: (() => WebAssembly.Module) | undefined;
+/** The post-prelude image the build made for a module, where the platform can read it (engine/prebuilt-image.ts). */
+let defaultImage: ((module: WebAssembly.Module) => VmImage | undefined) | undefined;
 
-export function useDefaultQuickJSWasm(load: () => WebAssembly.Module): void {
+export function useDefaultQuickJSWasm(
+  load: () => WebAssembly.Module,
+  image?: (module: WebAssembly.Module) => VmImage | undefined,
+): void {
   defaultModule = load;
+  defaultImage = image;
+}
+
+/** The build's post-prelude image for `module` (the installed one, however it was loaded), or undefined. */
+export function prebuiltImageFor(module: WebAssembly.Module): VmImage | undefined {
+  return defaultImage?.(module);
 }
 
 /** The launcher at once for a module (or the default one), or once a promised module has compiled. */

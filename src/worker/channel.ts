@@ -6,6 +6,7 @@
  */
 import { Worker } from "node:worker_threads";
 import { WORKER_MAX_STACK_SIZE, WORKER_STACK_SIZE_MB } from "../engine/limits.ts";
+import { type PrebuiltImage, prebuiltImage } from "../engine/prebuilt-image.ts";
 import type { HostCommand } from "../engine/protocol.ts";
 import { TURN_SLOTS, TurnSlot } from "../engine/runner.ts";
 import type { HostChannel, SharedState } from "../host/channel.ts";
@@ -28,6 +29,8 @@ export interface WorkerData {
   events: SharedArrayBuffer;
   maxStackSize: number;
   maxVms: number;
+  /** The build's post-prelude image of the module (read once, shared by every worker), if there is one. */
+  image: PrebuiltImage | undefined;
 }
 
 /** Messages one batch from a worker may carry: a VM turn emits at most its output items plus its calls. */
@@ -67,6 +70,7 @@ export function openWorkerChannel(options: WorkerChannelOptions): HostChannel {
     events: eventsBuffer,
     maxStackSize: WORKER_MAX_STACK_SIZE,
     maxVms: options.maxVms,
+    image: prebuiltImage(options.module),
   };
   const worker = startWorker(Worker, options.workerUrl ?? new URL("./vm-side.js", import.meta.url), {
     workerData: data,

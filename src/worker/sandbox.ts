@@ -1,4 +1,5 @@
 /** The sandbox of the core on Node and Bun: a warm pool of worker threads (the default). */
+import { prebuiltImage, vmImageOf } from "../engine/prebuilt-image.ts";
 import { loadQuickJSWasm } from "../engine/wasm/load.ts";
 import { DeferredLauncher } from "../host/deferred.ts";
 import type { PoolStats } from "../host/pool.ts";
@@ -9,7 +10,13 @@ import type { CodemodeSandboxBaseOptions } from "../types.ts";
 import { WorkerPool } from "./launcher.ts";
 
 // On Node and Bun the sandboxes default to the installed QuickJS binary, read from disk.
-useDefaultQuickJSWasm(() => loadQuickJSWasm());
+useDefaultQuickJSWasm(
+  () => loadQuickJSWasm(),
+  (module) => {
+    const image = prebuiltImage(module);
+    return image && vmImageOf(image);
+  },
+);
 
 export interface CodemodeSandboxOptions extends CodemodeSandboxBaseOptions {
   /**

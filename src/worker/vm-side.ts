@@ -3,6 +3,7 @@
  * lanes. Bundlers that move Airlock's files can point `workerUrl` at a file that imports `airlock-codemode/worker`.
  */
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
+import { vmImageOf } from "../engine/prebuilt-image.ts";
 import type { VmMessage } from "../engine/protocol.ts";
 import { TurnSlot } from "../engine/runner.ts";
 import { serveVm } from "../engine/serve.ts";
@@ -38,6 +39,7 @@ if (!isMainThread && parentPort) {
       module: data.module,
       maxStackSize: data.maxStackSize,
       maxVms: data.maxVms,
+      image: data.image && vmImageOf(data.image),
       stopFlags: data.stopFlags,
       handled: data.handled,
       computed: data.computed,
