@@ -15,6 +15,8 @@ import { median, runtime } from "./lib.mjs";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 const PI = "@earendil-works/pi-codemode";
+/** What a script sandbox user's install may weigh, node_modules on disk (apparent size). */
+const MAX_SANDBOX_INSTALL_BYTES = 10_000_000;
 
 /** Child mode: one measurement in this fresh process, printed as JSON. */
 async function child(kind, arg1, arg2) {
@@ -152,8 +154,10 @@ async function main() {
     console.log(
       `\nsandbox-only install (npm install --omit=optional of the packed package): ${install.packages} packages, ` +
         `${(install.bytes / 1e6).toFixed(1)} MB on disk (apparent), tarball ${(install.tarballBytes / 1e6).toFixed(2)} MB` +
-        `${warnings.length === 0 ? ", no warning" : `, ${warnings.length} warnings`}`,
+        `${warnings.length === 0 ? ", no warning" : `, ${warnings.length} warning lines`}` +
+        `${install.bytes > MAX_SANDBOX_INSTALL_BYTES ? `: OVER the ${MAX_SANDBOX_INSTALL_BYTES / 1e6} MB budget` : ""}`,
     );
+    for (const line of warnings) console.log(`  ${line}`);
   }
   mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
   writeFileSync(new URL("./results/cold-latest.json", import.meta.url), `${JSON.stringify(results, null, 2)}\n`);

@@ -5,9 +5,39 @@
  */
 import { resolve } from "node:path";
 import type { McpToolset } from "../mcp.ts";
+import { isNotFound, missingPackage } from "../platform/platform.ts";
 import { CommandError, UsageError } from "./args.ts";
 import type { CliIo } from "./command.ts";
 import { version } from "./version.ts";
+
+/** The packages the MCP gateway and MCP servers as tools load (optional dependencies), with the majors they need. */
+const MCP_PACKAGES: Record<string, string> = {
+  "@modelcontextprotocol/sdk": "1",
+  jose: "6",
+  "eventsource-parser": "3",
+};
+
+/**
+ * `airlock-codemode/mcp`, loaded only by the commands that use MCP: the other commands (and --help) start without
+ * the MCP SDK. An install without its optional dependencies gets the command that installs the missing one.
+ */
+export async function loadMcp(what: string): Promise<typeof import("../mcp.ts")> {
+  try {
+    return await import("../mcp.ts");
+  } catch (error) {
+    if (!isNotFound(error)) throw error;
+    const missing = Object.entries(MCP_PACKAGES).filter(([name]) => {
+      try {
+        import.meta.resolve(name);
+        return false;
+      } catch {
+        return true;
+      }
+    });
+    if (missing.length > 0) throw new CommandError(missingPackage(what, Object.fromEntries(missing)).message);
+    throw error;
+  }
+}
 
 /** Connects every server of the config at `spec` (relative to the current directory). Close the toolset after use. */
 export async function connectConfig(
@@ -15,8 +45,7 @@ export async function connectConfig(
   io: CliIo,
   options: { command: string; readOnly: boolean },
 ): Promise<McpToolset> {
-  // The MCP SDK is loaded only here: commands without --config start without it.
-  const mcp = await import("../mcp.ts");
+  const mcp = await loadMcp("MCP servers (--config)");
   const warn = (text: string) => io.stderr(`airlock ${options.command}: warning: ${text}\n`);
   let config: Awaited<ReturnType<typeof mcp.loadMcpConfig>>;
   try {

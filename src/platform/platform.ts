@@ -205,11 +205,15 @@ export function nodeRequire(from: string): ((id: string) => unknown) | undefined
 }
 
 /**
- * The error for a part used without the optional package it needs: `what` (written by Airlock) needs `name`, with
- * the command that installs it.
+ * The error for a part used without the optional packages it needs: `what` (written by Airlock) needs `packages`
+ * (name to version range), with the command that installs them.
  */
-export function missingPackage(what: string, name: string, range: string): Error {
-  return new Error(`${what} needs the package ${name}, which is optional: npm install ${name}@${range}`);
+export function missingPackage(what: string, packages: Record<string, string>): Error {
+  const names = Object.keys(packages);
+  const install = Object.entries(packages).map(([name, range]) => `${name}@${range}`);
+  const needs =
+    names.length === 1 ? `the package ${names[0]}, which is` : `the packages ${names.join(", ")}, which are`;
+  return new Error(`${what} needs ${needs} optional: npm install ${install.join(" ")}`);
 }
 
 /** True for the error Node or Bun throw when a package (or a file of it) cannot be found. */

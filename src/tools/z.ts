@@ -1,7 +1,7 @@
 /**
  * Mayura's name for zod, which tool and program schemas are written in. zod is loaded on the first use of `z`, not
- * when this package is imported (it was most of an import's time), and it is an optional package: a script sandbox
- * without typed tools never needs it.
+ * when this package is imported (zod alone takes longer to load than the rest of the root entry), and it is an
+ * optional package: a script sandbox without typed tools never needs it.
  */
 import type { z as Zod } from "zod";
 import { isNotFound, missingPackage, nodeBuiltin, nodeRequire } from "../platform/platform.ts";
@@ -30,10 +30,10 @@ export function loadZod(what = "z"): ZodNamespace {
       module = load("zod") as { z?: ZodNamespace };
     }
   } catch (error) {
-    if (isNotFound(error)) throw missingPackage(what, "zod", "4");
+    if (isNotFound(error)) throw missingPackage(what, { zod: "4" });
     throw error;
   }
-  if (module.z === undefined) throw missingPackage(what, "zod", "4");
+  if (module.z === undefined) throw missingPackage(what, { zod: "4" });
   zod = module.z;
   return zod;
 }
