@@ -163,7 +163,7 @@ describe("the packed package", () => {
     const cli = join(dir, "node_modules", "airlock-codemode", "dist", "cli", "main.js");
     const served = await run(process.execPath, [cli, "serve", "--config", "servers.json"], dir);
     expect(served.out).toContain(
-      "airlock serve: the MCP gateway needs the packages @modelcontextprotocol/sdk, jose, eventsource-parser, which are optional: npm install @modelcontextprotocol/sdk@1 jose@6 eventsource-parser@3",
+      "airlock serve: the MCP gateway needs the packages @modelcontextprotocol/sdk, jose, eventsource-parser, amaro, which are optional: npm install @modelcontextprotocol/sdk@1 jose@6 eventsource-parser@3 amaro@1",
     );
     expect(served.code).toBe(1);
   });

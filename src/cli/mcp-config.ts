@@ -5,38 +5,35 @@
  */
 import { resolve } from "node:path";
 import type { McpToolset } from "../mcp.ts";
-import { isNotFound, missingPackage } from "../platform/platform.ts";
+import { missingPackage } from "../platform/platform.ts";
 import { CommandError, UsageError } from "./args.ts";
 import type { CliIo } from "./command.ts";
 import { version } from "./version.ts";
 
-/** The packages the MCP gateway and MCP servers as tools load (optional dependencies), with the majors they need. */
+/** The packages MCP servers as tools and the gateway load (optional dependencies), with the majors they need. */
 const MCP_PACKAGES: Record<string, string> = {
   "@modelcontextprotocol/sdk": "1",
   jose: "6",
   "eventsource-parser": "3",
 };
+/** What the gateway needs besides: amaro, which strips every program it runs (an optional peer). */
+export const GATEWAY_PACKAGES: Record<string, string> = { ...MCP_PACKAGES, amaro: "1" };
 
 /**
  * `airlock-codemode/mcp`, loaded only by the commands that use MCP: the other commands (and --help) start without
- * the MCP SDK. An install without its optional dependencies gets the command that installs the missing one.
+ * the MCP SDK. Without one of `needs` (an install without its optional packages), the command says what to install.
  */
-export async function loadMcp(what: string): Promise<typeof import("../mcp.ts")> {
-  try {
-    return await import("../mcp.ts");
-  } catch (error) {
-    if (!isNotFound(error)) throw error;
-    const missing = Object.entries(MCP_PACKAGES).filter(([name]) => {
-      try {
-        import.meta.resolve(name);
-        return false;
-      } catch {
-        return true;
-      }
-    });
-    if (missing.length > 0) throw new CommandError(missingPackage(what, Object.fromEntries(missing)).message);
-    throw error;
-  }
+export async function loadMcp(what: string, needs = MCP_PACKAGES): Promise<typeof import("../mcp.ts")> {
+  const missing = Object.entries(needs).filter(([name]) => {
+    try {
+      import.meta.resolve(name);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  if (missing.length > 0) throw new CommandError(missingPackage(what, Object.fromEntries(missing)).message);
+  return import("../mcp.ts");
 }
 
 /** Connects every server of the config at `spec` (relative to the current directory). Close the toolset after use. */
