@@ -24,7 +24,8 @@ export function loadZod(what = "z"): ZodNamespace {
   let module: { z?: ZodNamespace };
   try {
     try {
-      module = load(toPath(import.meta.resolve("zod"))) as { z?: ZodNamespace };
+      const resolved = import.meta.resolve("zod");
+      module = load(resolved.startsWith("file:") ? toPath(resolved) : resolved) as { z?: ZodNamespace };
     } catch (error) {
       if ((error as { code?: unknown }).code !== "ERR_REQUIRE_ESM") throw error;
       module = load("zod") as { z?: ZodNamespace };
