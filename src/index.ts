@@ -4,8 +4,6 @@
  * The other parts have their own entries: `/declarations`, `/source`, `/code-mode`, `/workflows`, `/mcp`, `/ai`.
  */
 
-// Mayura's name for zod, which tool and program schemas are written in.
-export { z } from "zod";
 export {
   DEFAULT_INPUT_SCHEMA_MAX_CHARS,
   type RenderDeclarationsOptions,
@@ -91,6 +89,7 @@ export {
   type ToolRegistry,
   type ToolRegistryOptions,
 } from "./tools/registry.ts";
+export { z } from "./tools/z.ts";
 export {
   MAX_TRACE_VALUE_CHARS,
   setTraceOptions,

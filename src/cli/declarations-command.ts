@@ -6,7 +6,7 @@ import { DEFAULT_GATEWAY_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_TOKENS } from "../gatewa
 import { CODEMODE_OPTIONS_LIMITS } from "../source/options-line.ts";
 import { EXIT_OK, parseFlags, positiveInteger, timeoutFlag, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./command.ts";
-import { connectConfig } from "./mcp-config.ts";
+import { connectConfig, loadMcp } from "./mcp-config.ts";
 import { loadTools } from "./tools.ts";
 import { version } from "./version.ts";
 
@@ -91,6 +91,7 @@ async function gatewayView(config: string, values: Values, io: CliIo): Promise<n
           "tokens",
         );
   const readOnly = values["read-only"] === true;
+  await loadMcp("MCP servers (--config)");
   // The description's token budget is counted with the tokenizer, as `airlock serve` counts it before it answers.
   const [toolset, { McpGateway }, { Client }, { InMemoryTransport }] = await Promise.all([
     connectConfig(config, io, { command: "declarations", readOnly }),

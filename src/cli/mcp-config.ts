@@ -5,9 +5,36 @@
  */
 import { resolve } from "node:path";
 import type { McpToolset } from "../mcp.ts";
+import { missingPackage } from "../platform/platform.ts";
 import { CommandError, UsageError } from "./args.ts";
 import type { CliIo } from "./command.ts";
 import { version } from "./version.ts";
+
+/** The packages MCP servers as tools and the gateway load (optional dependencies), with the majors they need. */
+const MCP_PACKAGES: Record<string, string> = {
+  "@modelcontextprotocol/sdk": "1",
+  jose: "6",
+  "eventsource-parser": "3",
+};
+/** What the gateway needs besides: amaro, which strips every program it runs (an optional peer). */
+export const GATEWAY_PACKAGES: Record<string, string> = { ...MCP_PACKAGES, amaro: "1" };
+
+/**
+ * `airlock-codemode/mcp`, loaded only by the commands that use MCP: the other commands (and --help) start without
+ * the MCP SDK. Without one of `needs` (an install without its optional packages), the command says what to install.
+ */
+export async function loadMcp(what: string, needs = MCP_PACKAGES): Promise<typeof import("../mcp.ts")> {
+  const missing = Object.entries(needs).filter(([name]) => {
+    try {
+      import.meta.resolve(name);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  if (missing.length > 0) throw new CommandError(missingPackage(what, Object.fromEntries(missing)).message);
+  return import("../mcp.ts");
+}
 
 /** Connects every server of the config at `spec` (relative to the current directory). Close the toolset after use. */
 export async function connectConfig(
@@ -15,8 +42,7 @@ export async function connectConfig(
   io: CliIo,
   options: { command: string; readOnly: boolean },
 ): Promise<McpToolset> {
-  // The MCP SDK is loaded only here: commands without --config start without it.
-  const mcp = await import("../mcp.ts");
+  const mcp = await loadMcp("MCP servers (--config)");
   const warn = (text: string) => io.stderr(`airlock ${options.command}: warning: ${text}\n`);
   let config: Awaited<ReturnType<typeof mcp.loadMcpConfig>>;
   try {

@@ -17,6 +17,7 @@ import { DEFAULT_MEMORY_LIMIT_BYTES } from "../sandbox/base.ts";
 import { CODEMODE_OPTIONS_LIMITS } from "../source/options-line.ts";
 import { APPROVER_CREDENTIAL_ENV, EXIT_FAILED, EXIT_OK, parseFlags, positiveInteger, UsageError } from "./args.ts";
 import type { CliIo, Command } from "./command.ts";
+import { GATEWAY_PACKAGES, loadMcp } from "./mcp-config.ts";
 
 /** The largest deadline a Node.js timer can hold. */
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
@@ -231,8 +232,7 @@ export async function serve(argv: string[], io: CliIo): Promise<number> {
   // Starting the upstream servers can take a while: a port in use or a bad host should fail before that.
   if (port !== undefined) await checkBindable(port, host);
 
-  // The MCP SDK is loaded only here: the other commands (and --help) start without it.
-  const mcp = await import("../mcp.ts");
+  const mcp = await loadMcp("the MCP gateway", GATEWAY_PACKAGES);
   let config: ParsedMcpConfig;
   try {
     config = await mcp.loadMcpConfig(resolve(io.cwd, values.config), { readOnly });

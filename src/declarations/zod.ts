@@ -1,4 +1,4 @@
-import { nodeRequire } from "../platform/platform.ts";
+import { loadZod } from "../tools/z.ts";
 
 /** The part of zod 4 that converts schemas; loaded on first use, so plain JSON Schema never loads zod. */
 interface ZodModule {
@@ -6,18 +6,13 @@ interface ZodModule {
   object(shape: Record<string, unknown>): unknown;
 }
 
-let zodModule: ZodModule | null | undefined;
-
-function loadZod(): ZodModule | null {
-  if (zodModule === undefined) {
-    try {
-      const load = nodeRequire(import.meta.url);
-      zodModule = load ? (load("zod") as ZodModule) : null;
-    } catch {
-      zodModule = null;
-    }
+/** zod where it can be loaded (Node, Bun, with zod installed), else null. */
+function ownZod(): ZodModule | null {
+  try {
+    return loadZod() as unknown as ZodModule;
+  } catch {
+    return null;
   }
-  return zodModule;
 }
 
 /** True for a zod 4 schema (classic or mini), recognised by its `_zod` internals without loading zod. */
@@ -45,7 +40,7 @@ interface StandardJsonSchema {
 export function toJsonSchema(schema: unknown, io: "input" | "output" = "input"): unknown {
   const shape = isZodRawShape(schema);
   if (!shape && !isZodSchema(schema)) return schema;
-  const zod = loadZod();
+  const zod = ownZod();
   try {
     if (zod !== null) {
       const zodSchema = shape ? zod.object(schema) : schema;

@@ -10,7 +10,9 @@ const nodeProcess = (globalThis as { process?: NodeProcess }).process;
  * One of Node's built-in modules where the runtime has them (Node, Bun), without a static `node:` import, which the
  * portable entry may not contain; undefined elsewhere (Workers without Node compatibility).
  */
-export function nodeBuiltin<T>(id: "module" | "os" | "crypto" | "v8" | "vm" | "fs" | "worker_threads"): T | undefined {
+export function nodeBuiltin<T>(
+  id: "module" | "os" | "crypto" | "v8" | "vm" | "fs" | "url" | "worker_threads",
+): T | undefined {
   return nodeProcess?.getBuiltinModule?.(id) as T | undefined;
 }
 
@@ -200,6 +202,24 @@ export const runSoon: (callback: () => void) => void = nodeSetImmediate
 /** `require` for packages loaded on first use (amaro, zod), from `from` (an `import.meta.url`); undefined off Node. */
 export function nodeRequire(from: string): ((id: string) => unknown) | undefined {
   return nodeBuiltin<{ createRequire(from: string): (id: string) => unknown }>("module")?.createRequire(from);
+}
+
+/**
+ * The error for a part used without the optional packages it needs: `what` (written by Airlock) needs `packages`
+ * (name to version range), with the command that installs them.
+ */
+export function missingPackage(what: string, packages: Record<string, string>): Error {
+  const names = Object.keys(packages);
+  const install = Object.entries(packages).map(([name, range]) => `${name}@${range}`);
+  const needs =
+    names.length === 1 ? `the package ${names[0]}, which is` : `the packages ${names.join(", ")}, which are`;
+  return new Error(`${what} needs ${needs} optional: npm install ${install.join(" ")}`);
+}
+
+/** True for the error Node or Bun throw when a package (or a file of it) cannot be found. */
+export function isNotFound(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === "MODULE_NOT_FOUND" || code === "ERR_MODULE_NOT_FOUND";
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { transformSync } from "amaro";
-import { nodeRequire } from "../platform/platform.ts";
+import { isNotFound, missingPackage, nodeRequire } from "../platform/platform.ts";
 import { CodemodeSourceError } from "./source-error.ts";
 import { type AmaroError, isAmaroError, toCodemodeSourceError } from "./typescript-errors.ts";
 
@@ -28,7 +28,12 @@ function loadAmaro(): Amaro {
   const load = nodeRequire(import.meta.url);
   if (!load)
     throw new Error("TypeScript input needs Node or Bun here: amaro, which erases the types, cannot be loaded");
-  amaro = load("amaro") as Amaro;
+  try {
+    amaro = load("amaro") as Amaro;
+  } catch (error) {
+    if (isNotFound(error)) throw missingPackage("TypeScript input", { amaro: "1" });
+    throw error;
+  }
   return amaro;
 }
 

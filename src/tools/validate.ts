@@ -1,6 +1,7 @@
 /** Checks of configuration values; each failure is an `INVALID_CONFIG` AirlockError that names the field. */
-import { z } from "zod";
+import type { z } from "zod";
 import { configError } from "./errors.ts";
+import { loadZod } from "./z.ts";
 
 /** Characters of an id, version, permission, capability or role. */
 export const MAX_NAME_CHARS = 256;
@@ -82,10 +83,14 @@ export async function parseWithSchema(
   }
 }
 
-/** JSON Schema of a zod schema for digests; a schema zod cannot describe contributes `true`. */
+/**
+ * JSON Schema of a zod schema for digests; a schema zod cannot describe contributes `true`. zod is loaded here, on
+ * the first schema, by which time the application that wrote it has loaded it already.
+ */
 export function schemaDescription(schema: z.ZodType, io: "input" | "output"): unknown {
+  const zod = loadZod("a zod schema");
   try {
-    return z.toJSONSchema(schema, { io, unrepresentable: "any", cycles: "ref", reused: "inline" });
+    return zod.toJSONSchema(schema, { io, unrepresentable: "any", cycles: "ref", reused: "inline" });
   } catch {
     return true;
   }

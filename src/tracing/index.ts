@@ -9,17 +9,79 @@
  * requests carry the current context on (`traceMeta`).
  */
 
-import type * as OtelApi from "@opentelemetry/api";
 import { booleanOption, optionKeys, refuseUnknownOptions } from "../platform/options.ts";
+import { nodeRequire } from "../platform/platform.ts";
 
-type Api = typeof OtelApi;
-type Attributes = OtelApi.Attributes;
+/** What a span attribute may hold (the API's `AttributeValue`). */
+type AttributeValue =
+  | string
+  | number
+  | boolean
+  | (null | undefined | string)[]
+  | (null | undefined | number)[]
+  | (null | undefined | boolean)[];
+/** The API's `Attributes`. */
+type Attributes = Record<string, AttributeValue | undefined>;
 
-/** Loaded once, when this module is: the API when it is installed, else nothing. */
-const api: Api | undefined = await import("@opentelemetry/api").then(
-  (module) => module as unknown as Api,
-  () => undefined,
-);
+/** The API's context: opaque here. */
+type Context = object;
+interface SpanContext {
+  traceId: string;
+  spanId: string;
+  traceFlags: number;
+  isRemote?: boolean;
+}
+interface Span {
+  isRecording(): boolean;
+  setAttribute(key: string, value: AttributeValue): unknown;
+  setAttributes(attributes: Attributes): unknown;
+  setStatus(status: { code: number; message?: string }): unknown;
+  end(): void;
+}
+interface Tracer {
+  startSpan(name: string, options: { kind: number; attributes: Attributes }, context: Context): Span;
+}
+
+/**
+ * The part of `@opentelemetry/api` 1.x used here, written out so that these types (and the package's declarations)
+ * do not need the API installed.
+ */
+interface Api {
+  trace: {
+    getTracer(name: string): Tracer;
+    setSpan(context: Context, span: Span): Context;
+    getSpanContext(context: Context): SpanContext | undefined;
+    isSpanContextValid(spanContext: SpanContext): boolean;
+    setSpanContext(context: Context, spanContext: SpanContext): Context;
+  };
+  context: { active(): Context; with<T>(context: Context, fn: () => T): T };
+  propagation: {
+    extract(context: Context, carrier: Record<string, string>): Context;
+    inject(context: Context, carrier: Record<string, string>): void;
+  };
+  SpanKind: { INTERNAL: number; SERVER: number };
+  SpanStatusCode: { ERROR: number };
+}
+
+/** Where API 1.x keeps what is registered with it (a tracer provider, a context manager, a propagator). */
+const API_GLOBAL = Symbol.for("opentelemetry.js.api.1");
+
+let api: Api | undefined;
+
+/**
+ * The API, loaded on first need and only once something in the process registered with it: before that, no span
+ * could record and no context could be carried, and loading it would cost every start that does not trace.
+ */
+function otel(): Api | undefined {
+  if (api !== undefined) return api;
+  if ((globalThis as Record<symbol, unknown>)[API_GLOBAL] === undefined) return undefined;
+  try {
+    api = nodeRequire(import.meta.url)?.("@opentelemetry/api") as Api | undefined;
+  } catch {
+    // Registered by a copy this package cannot load: nothing is traced.
+  }
+  return api;
+}
 
 /** The instrumentation scope name of Airlock's spans. */
 export const TRACER_NAME = "airlock-codemode";
@@ -44,9 +106,9 @@ export function setTraceOptions(options: TraceOptions): void {
   traceOptions = { ...traceOptions, ...options };
 }
 
-/** True when `@opentelemetry/api` could be loaded. */
+/** True when `@opentelemetry/api` is installed and something in the process registered with it (a provider). */
 export function tracingAvailable(): boolean {
-  return api !== undefined;
+  return otel() !== undefined;
 }
 
 /** How a finished execution or call is described on its span. */
@@ -83,6 +145,7 @@ export function startTrace(
   attributes: Attributes = {},
   kind: "internal" | "server" = "internal",
 ): Trace | undefined {
+  const api = otel();
   if (api === undefined) return undefined;
   const tracer = api.trace.getTracer(TRACER_NAME);
   const parent = api.context.active();
@@ -96,15 +159,15 @@ export function startTrace(
 }
 
 class ExecutionTrace implements Trace {
-  private readonly open = new Set<OtelApi.Span>();
+  private readonly open = new Set<Span>();
   private ended = false;
   private readonly options = traceOptions;
 
   constructor(
     private readonly otel: Api,
-    private readonly tracer: OtelApi.Tracer,
-    private readonly span: OtelApi.Span,
-    private readonly context: OtelApi.Context,
+    private readonly tracer: Tracer,
+    private readonly span: Span,
+    private readonly context: Context,
   ) {}
 
   tool<T extends { name: string; execute(args: unknown, context: never): unknown }>(tool: T): T {
@@ -239,6 +302,7 @@ const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
  * first; W3C `traceparent` is read directly when no propagator is registered.
  */
 export function withTraceContext<T>(meta: unknown, fn: () => T): T {
+  const api = otel();
   if (api === undefined || meta === null || typeof meta !== "object") return fn();
   const carrier: Record<string, string> = {};
   for (const key of ["traceparent", "tracestate"]) {
@@ -260,6 +324,7 @@ export function withTraceContext<T>(meta: unknown, fn: () => T): T {
 
 /** The current trace context as `_meta` fields (`traceparent`, `tracestate`) for a request to an upstream server. */
 export function traceMeta(): Record<string, string> | undefined {
+  const api = otel();
   if (api === undefined) return undefined;
   const active = api.context.active();
   const spanContext = api.trace.getSpanContext(active);
