@@ -33,7 +33,7 @@ describe("token counts", () => {
     const reference = new Tiktoken(o200k);
     const texts = [
       readFileSync(`${REPO_ROOT}/README.md`, "utf8"),
-      readFileSync(`${REPO_ROOT}/src/mcp/gateway.ts`, "utf8"),
+      readFileSync(`${REPO_ROOT}/src/gateway/gateway.ts`, "utf8"),
       JSON.stringify({ rows: Array.from({ length: 300 }, (_, i) => ({ id: i, name: `row ${i}`, ok: i % 3 === 0 })) }),
       // Short words of many scripts, spaces, newlines, digits, contractions, special-token text: 40,000 characters
       // each, so that the counting crosses its windows of text many times.
