@@ -476,6 +476,10 @@ describe("upstream answers", () => {
     gateway = await serveChild({
       mcpServers: { web: { url: upstream.url }, local: paged("--tools", "1", "--endless") },
     });
+    // The pool's VMs boot at the first executions: they are not what an endless answer holds.
+    const warm = await sdkClient(gateway.url);
+    await Promise.all([1, 2].map(() => warm.callTool({ name: "execute", arguments: { code: "return 1" } })));
+    await warm.close();
   }, 90_000);
 
   afterAll(async () => {

@@ -11,6 +11,7 @@ import { REPO_ROOT } from "./helpers/cli.ts";
 const pkg = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as {
   name: string;
   bin: Record<string, string>;
+  peerDependencies?: Record<string, string>;
 };
 /** The README and the pages under docs/, one after another. */
 const pages = [
@@ -34,11 +35,19 @@ describe("the package name", () => {
   });
 
   it("is what the README and the docs tell a user to fetch", () => {
-    // `npx -y <name>` fetches a package by name: only this one. Plain `npx airlock` runs the installed command.
-    const fetched = [...pages.matchAll(/"-y",\s*"([^"]+)"|npx -y ([@\w./-]+)/g)].map((m) => m[1] ?? m[2]);
-    expect(fetched.length).toBeGreaterThan(0);
+    // `npx -y <name>` fetches a package by name, `npx -y -p <name> -p <peer> <command>` each `-p`: only this one and
+    // its peers. Plain `npx airlock` runs the installed command.
+    const fetched: string[] = [];
+    for (const m of pages.matchAll(
+      /"-y",((?:\s*"-p",\s*"[^"]+",)*)\s*"([^"]+)"|npx -y((?: -p [@\w./-]+)*) ([@\w./-]+)/g,
+    )) {
+      const packages = [...(m[1] ?? m[3] ?? "").matchAll(/-p"?,?\s*"?([@\w./-]+)/g)].map((p) => p[1] as string);
+      fetched.push(...(packages.length > 0 ? packages : [(m[2] ?? m[4]) as string]));
+    }
+    expect(fetched).toContain(pkg.name);
+    const peers = Object.keys(pkg.peerDependencies ?? {});
     for (const name of fetched)
-      expect(name === pkg.name || name?.startsWith("@modelcontextprotocol/"), name).toBe(true);
+      expect(name === pkg.name || peers.includes(name) || name.startsWith("@modelcontextprotocol/"), name).toBe(true);
     expect(pages).not.toMatch(/from "airlock[/"]/);
   });
 });

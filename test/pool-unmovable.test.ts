@@ -56,13 +56,18 @@ describe.each(pooledLaunchers)("$name pool: a neighbour too large to move", ({ m
       const neighbour = sandbox.execute(NEIGHBOUR);
       await until(() => parked.calls === 1, "the neighbour's call");
       // Bulk copies, which nothing pre-empts: its VM side is killed. (Its deadline leaves time for a second VM side
-      // to boot: the neighbour's takes no other run.)
-      const culprit = await sandbox.execute(
-        "const t = new Uint8Array(32 << 20), u = new Uint8Array(32 << 20); for (;;) t.set(u);",
-        { timeoutMs: 5_000 },
-      );
-      expect(culprit).toMatchObject({ ok: false, error: { kind: "timeout" } });
-      await until(() => sandbox.poolStats.lost === 1, "the culprit's VM side to be killed");
+      // to boot: the neighbour's takes no other run.) It polls the interrupt every 500 copies, seconds apart, so it
+      // stops by itself when its deadline falls within the grace of a poll: it is sent again until it is killed.
+      for (let tries = 0; sandbox.poolStats.lost === 0; tries++) {
+        expect(tries, "the culprit stopped by itself each time").toBeLessThan(4);
+        const culprit = await sandbox.execute(
+          "const t = new Uint8Array(32 << 20), u = new Uint8Array(32 << 20); for (;;) t.set(u);",
+          { timeoutMs: 5_000 },
+        );
+        expect(culprit).toMatchObject({ ok: false, error: { kind: "timeout" } });
+        await until(() => sandbox.poolStats.lost === 1, "the culprit's VM side to be killed", 10_000).catch(() => {});
+      }
+      expect(sandbox.poolStats.lost).toBe(1);
       parked.open();
       expect(await neighbour).toMatchObject({ ok: true, value: 3 * ANSWER_CHARS });
       // The gate was called once: nothing was rebuilt.
